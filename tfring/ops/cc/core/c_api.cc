@@ -1,0 +1,99 @@
+// A plain C interface to the runtime for Python's ctypes: init / shutdown / topology, and
+// synchronous collectives on raw buffers (used by tests and benchmarks that need no TensorFlow).
+#include <cstring>
+#include <future>
+#include <string>
+
+#include "runtime.h"
+
+using tfring::Code;
+using tfring::Config;
+using tfring::Error;
+using tfring::Runtime;
+
+namespace {
+
+int report(const std::string& msg, Code code, char* err, size_t errlen) {
+  if (err && errlen) {
+    std::strncpy(err, msg.c_str(), errlen - 1);
+    err[errlen - 1] = '\0';
+  }
+  return static_cast<int>(code) + 1;
+}
+
+int run(tfring::Request req, char* err, size_t errlen) {
+  auto rt = Runtime::current();
+  if (!rt) return report("tfring.init() has not been called", Code::kFailedPrecondition, err, errlen);
+  std::promise<tfring::Status> p;
+  auto f = p.get_future();
+  req.done = [&p](const tfring::Status& s) { p.set_value(s); };
+  rt->engine().enqueue(std::move(req));
+  tfring::Status s = f.get();
+  return s.ok ? 0 : report(s.message, s.code, err, errlen);
+}
+
+}  // namespace
+
+extern "C" {
+
+int tfring_init(const char* config, char* err, size_t errlen) {
+  try {
+    Runtime::init(Config::parse(config));
+    return 0;
+  } catch (const Error& e) {
+    return report(e.what(), e.code(), err, errlen);
+  } catch (const std::exception& e) {
+    return report(e.what(), Code::kInternal, err, errlen);
+  }
+}
+
+void tfring_shutdown() { Runtime::shutdown(); }
+
+int tfring_initialized() { return Runtime::current() ? 1 : 0; }
+
+int tfring_topology(int* rank, int* size, int* localRank, int* localSize) {
+  auto rt = Runtime::current();
+  if (!rt) return 1;
+  *rank = rt->config().rank;
+  *size = rt->config().size;
+  *localRank = rt->config().localRank;
+  *localSize = rt->config().localSize;
+  return 0;
+}
+
+int tfring_transport_name(char* buf, size_t len) {
+  auto rt = Runtime::current();
+  if (!rt) return 1;
+  std::string n = rt->engine().transportName();
+  std::strncpy(buf, n.c_str(), len - 1);
+  buf[len - 1] = '\0';
+  return 0;
+}
+
+// Reduces n buffers (counts[i] elements each) in one collective.
+int tfring_allreduce_raw(int n, const void* const* in, void* const* out, const int64_t* counts,
+                         int dtype, int op, char* err, size_t errlen) {
+  tfring::Request req;
+  req.kind = tfring::OpKind::kAllreduce;
+  req.name = "raw";
+  req.type = static_cast<tfring::DataType>(dtype);
+  req.op = static_cast<tfring::ReduceOp>(op);
+  try {
+    size_t elem = tfring::dataTypeSize(req.type);
+    for (int i = 0; i < n; ++i) {
+      req.tensors.push_back({in[i], out[i], static_cast<size_t>(counts[i]) * elem, {counts[i]}});
+    }
+  } catch (const Error& e) {
+    return report(e.what(), e.code(), err, errlen);
+  }
+  return run(std::move(req), err, errlen);
+}
+
+int tfring_barrier_raw(char* err, size_t errlen) {
+  tfring::Request req;
+  req.kind = tfring::OpKind::kBarrier;
+  req.name = "barrier";
+  return run(std::move(req), err, errlen);
+}
+
+}  // extern "C"

@@ -1,0 +1,67 @@
+// Types shared by every part of the core: errors, deadlines, data types and reduce ops.
+// Nothing here knows about TensorFlow; the kernels translate these into TF types.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace tfring {
+
+// Every failure the core reports carries one of these codes; the TF glue maps them onto
+// tensorflow::error codes (kUnavailable -> UnavailableError, and so on).
+enum class Code { kInvalidArgument, kUnavailable, kDeadlineExceeded, kFailedPrecondition, kInternal };
+
+class Error : public std::runtime_error {
+ public:
+  Error(Code code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
+};
+
+// A peer went away or stopped answering. `rank` is the peer's rank (-1: unknown).
+class PeerError : public Error {
+ public:
+  PeerError(int rank, const std::string& what) : Error(Code::kUnavailable, what), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// An absolute point in time after which a blocking call gives up. Every blocking call in the
+// core takes one, so nothing can wait forever.
+class Deadline {
+ public:
+  static Deadline after(double seconds) {
+    return Deadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(seconds)));
+  }
+  explicit Deadline(Clock::time_point t) : t_(t) {}
+  bool expired() const { return Clock::now() >= t_; }
+  // Milliseconds left, clamped to [0, cap_ms].
+  int remainingMs(int cap_ms = 1 << 30) const {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t_ - Clock::now()).count();
+    if (left < 0) return 0;
+    return left > cap_ms ? cap_ms : static_cast<int>(left);
+  }
+  Clock::time_point time() const { return t_; }
+
+ private:
+  Clock::time_point t_;
+};
+
+enum class DataType : int32_t { kFloat16 = 0, kBFloat16, kFloat32, kFloat64, kInt32, kInt64, kUint8 };
+enum class ReduceOp : int32_t { kSum = 0, kMean, kMin, kMax, kProduct };
+
+size_t dataTypeSize(DataType t);
+const char* dataTypeName(DataType t);
+const char* reduceOpName(ReduceOp op);
+
+}  // namespace tfring

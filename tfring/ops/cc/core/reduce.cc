@@ -1,0 +1,226 @@
+#include "reduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace tfring {
+
+size_t dataTypeSize(DataType t) {
+  switch (t) {
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kFloat32:
+    case DataType::kInt32:
+      return 4;
+    case DataType::kFloat64:
+    case DataType::kInt64:
+      return 8;
+    case DataType::kUint8:
+      return 1;
+  }
+  throw Error(Code::kInvalidArgument, "unknown data type " + std::to_string(static_cast<int>(t)));
+}
+
+const char* dataTypeName(DataType t) {
+  switch (t) {
+    case DataType::kFloat16: return "float16";
+    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+    case DataType::kUint8: return "uint8";
+  }
+  return "unknown";
+}
+
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMean: return "mean";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "unknown";
+}
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) {  // inf or nan
+    return static_cast<uint16_t>(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+  }
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
+  if (absx < 0x38800000u) {  // below the smallest normal half: a subnormal (or zero)
+    float a;
+    std::memcpy(&a, &absx, 4);
+    // Scaling by 2^24 is exact, and nearbyint rounds to nearest even; 1024 encodes 2^-14.
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
+  }
+  uint32_t half = ((absx >> 13) - ((127 - 15) << 10));
+  uint32_t rem = absx & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+float bfloat16ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToBfloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet nan
+  uint32_t rounding = 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+namespace {
+
+struct Sum { template <typename T> static T apply(T a, T b) { return a + b; } };
+struct Prod { template <typename T> static T apply(T a, T b) { return a * b; } };
+struct Min { template <typename T> static T apply(T a, T b) { return b < a ? b : a; } };
+struct Max { template <typename T> static T apply(T a, T b) { return a < b ? b : a; } };
+
+// Plain loops over restrict-free pointers: -O3 vectorises them; aliasing dst == a is allowed.
+template <typename T, typename Op>
+void loop(T* dst, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(a[i], b[i]);
+}
+
+template <typename Op, float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void loop16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  // Widen in blocks so the conversion loops stay simple and the compiler can vectorise the math.
+  constexpr size_t kBlock = 256;
+  float fa[kBlock], fb[kBlock];
+  for (size_t start = 0; start < n; start += kBlock) {
+    size_t m = std::min(kBlock, n - start);
+    for (size_t i = 0; i < m; ++i) fa[i] = Load(a[start + i]);
+    for (size_t i = 0; i < m; ++i) fb[i] = Load(b[start + i]);
+    for (size_t i = 0; i < m; ++i) fa[i] = Op::apply(fa[i], fb[i]);
+    for (size_t i = 0; i < m; ++i) dst[start + i] = Store(fa[i]);
+  }
+}
+
+template <typename Op>
+void dispatch(void* dst, const void* a, const void* b, size_t n, DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return loop<float, Op>(static_cast<float*>(dst), static_cast<const float*>(a),
+                             static_cast<const float*>(b), n);
+    case DataType::kFloat64:
+      return loop<double, Op>(static_cast<double*>(dst), static_cast<const double*>(a),
+                              static_cast<const double*>(b), n);
+    case DataType::kInt32:
+      return loop<int32_t, Op>(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a),
+                               static_cast<const int32_t*>(b), n);
+    case DataType::kInt64:
+      return loop<int64_t, Op>(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a),
+                               static_cast<const int64_t*>(b), n);
+    case DataType::kUint8:
+      return loop<uint8_t, Op>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
+                               static_cast<const uint8_t*>(b), n);
+    case DataType::kFloat16:
+      return loop16<Op, halfToFloat, floatToHalf>(static_cast<uint16_t*>(dst),
+                                                  static_cast<const uint16_t*>(a),
+                                                  static_cast<const uint16_t*>(b), n);
+    case DataType::kBFloat16:
+      return loop16<Op, bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(dst),
+                                                          static_cast<const uint16_t*>(a),
+                                                          static_cast<const uint16_t*>(b), n);
+  }
+  throw Error(Code::kInvalidArgument, "reduce: unsupported data type");
+}
+
+template <typename T>
+void divideLoop(T* p, size_t n, int d) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(d));
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void divide16(uint16_t* p, size_t n, int d) {
+  const float inv = 1.0f / static_cast<float>(d);
+  for (size_t i = 0; i < n; ++i) p[i] = Store(Load(p[i]) * inv);
+}
+
+}  // namespace
+
+void reduceInto(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
+  if (count == 0) return;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return dispatch<Sum>(dst, a, b, count, type);
+    case ReduceOp::kProduct:
+      return dispatch<Prod>(dst, a, b, count, type);
+    case ReduceOp::kMin:
+      return dispatch<Min>(dst, a, b, count, type);
+    case ReduceOp::kMax:
+      return dispatch<Max>(dst, a, b, count, type);
+  }
+  throw Error(Code::kInvalidArgument, "reduce: unknown reduce op");
+}
+
+void divideBy(void* data, size_t count, DataType type, int divisor) {
+  if (divisor == 1 || count == 0) return;
+  switch (type) {
+    case DataType::kFloat32: {
+      // Multiply by the reciprocal like every framework does for float means.
+      float* p = static_cast<float*>(data);
+      const float inv = 1.0f / static_cast<float>(divisor);
+      for (size_t i = 0; i < count; ++i) p[i] *= inv;
+      return;
+    }
+    case DataType::kFloat64: {
+      double* p = static_cast<double*>(data);
+      const double inv = 1.0 / static_cast<double>(divisor);
+      for (size_t i = 0; i < count; ++i) p[i] *= inv;
+      return;
+    }
+    case DataType::kInt32: return divideLoop(static_cast<int32_t*>(data), count, divisor);
+    case DataType::kInt64: return divideLoop(static_cast<int64_t*>(data), count, divisor);
+    case DataType::kUint8: return divideLoop(static_cast<uint8_t*>(data), count, divisor);
+    case DataType::kFloat16:
+      return divide16<halfToFloat, floatToHalf>(static_cast<uint16_t*>(data), count, divisor);
+    case DataType::kBFloat16:
+      return divide16<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(data), count,
+                                                          divisor);
+  }
+}
+
+}  // namespace tfring

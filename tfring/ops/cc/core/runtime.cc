@@ -1,0 +1,48 @@
+#include "runtime.h"
+
+#include "bootstrap.h"
+
+namespace tfring {
+namespace {
+std::mutex gMu;
+std::shared_ptr<Runtime> gRuntime;
+}  // namespace
+
+Runtime::Runtime(const Config& config) : config_(config) {
+  std::unique_ptr<Transport> transport;
+  if (config.size > 1) {
+    if (config.rank == 0) server_ = std::make_unique<TcpStoreServer>("0.0.0.0", config.storePort, config.secret);
+    auto client = std::make_shared<TcpStore>(config.storeHost, config.storePort, config.secret,
+                                             Deadline::after(config.rendezvousTimeout));
+    store_ = std::make_shared<PrefixStore>(config.jobId, client);
+    transport = connectRing(config, *store_);
+  }
+  engine_ = std::make_unique<Engine>(config, std::move(transport), store_);
+}
+
+void Runtime::init(const Config& config) {
+  std::lock_guard<std::mutex> lock(gMu);
+  if (gRuntime) {
+    const Config& c = gRuntime->config();
+    if (c.rank == config.rank && c.size == config.size) return;
+    throw Error(Code::kFailedPrecondition, "tfring is already initialised as " + c.describe() +
+                                               "; call tfring.shutdown() before init() with another job");
+  }
+  gRuntime = std::make_shared<Runtime>(config);
+}
+
+void Runtime::shutdown() {
+  std::shared_ptr<Runtime> r;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    r.swap(gRuntime);
+  }
+  // Destroyed here, outside the lock; kernels still holding a reference keep it alive until done.
+}
+
+std::shared_ptr<Runtime> Runtime::current() {
+  std::lock_guard<std::mutex> lock(gMu);
+  return gRuntime;
+}
+
+}  // namespace tfring

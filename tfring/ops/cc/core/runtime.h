@@ -1,0 +1,34 @@
+// The one runtime object of a process: the configuration, the rendezvous store (served here on
+// rank 0) and the engine. Created by tfring.init() through the C API, torn down by shutdown().
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "config.h"
+#include "engine.h"
+#include "store.h"
+#include "tcp_store.h"
+
+namespace tfring {
+
+class Runtime {
+ public:
+  // Starts the runtime; a second call with the same rank/size is a no-op, a different one an error.
+  static void init(const Config& config);
+  static void shutdown();
+  // The running runtime, or null before init / after shutdown.
+  static std::shared_ptr<Runtime> current();
+
+  explicit Runtime(const Config& config);
+  const Config& config() const { return config_; }
+  Engine& engine() { return *engine_; }
+
+ private:
+  Config config_;
+  std::unique_ptr<TcpStoreServer> server_;
+  std::shared_ptr<Store> store_;
+  std::unique_ptr<Engine> engine_;
+};
+
+}  // namespace tfring

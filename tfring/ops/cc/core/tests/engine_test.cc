@@ -1,0 +1,196 @@
+// The engine: fusion, validation across ranks, and the failure paths (dead or stalled peer).
+#include <future>
+
+#include "../engine.h"
+#include "ring_helpers.h"
+
+using namespace tfring;
+using namespace tfring_test;
+
+namespace {
+
+Status call(Engine& e, Request r) {
+  std::promise<Status> p;
+  auto f = p.get_future();
+  r.done = [&p](const Status& s) { p.set_value(s); };
+  e.enqueue(std::move(r));
+  return f.get();
+}
+
+Request allreduceOf(std::vector<std::vector<float>>& tensors, ReduceOp op = ReduceOp::kSum) {
+  Request r;
+  r.kind = OpKind::kAllreduce;
+  r.name = "grads";
+  r.op = op;
+  for (auto& t : tensors) {
+    r.tensors.push_back({t.data(), t.data(), t.size() * 4, {static_cast<int64_t>(t.size())}});
+  }
+  return r;
+}
+
+// Thread-ranks that each own an Engine. `tweak` adjusts each rank's config.
+void withEngines(int size, const Mode& m, const std::function<void(Config&)>& tweak,
+                 const std::function<void(int, Engine&)>& fn) {
+  auto store = std::make_shared<HashStore>();
+  std::string job = uniqueJob();
+  spawn(size, [&](int r) {
+    Config c = rankConfig(r, size, m, job);
+    tweak(c);
+    auto ps = std::make_shared<PrefixStore>(job, store);
+    Engine e(c, connectRing(c, *ps), ps);
+    fn(r, e);
+    storeBarrier(*ps, "test-end", r, size, Deadline::after(30));
+  });
+}
+
+}  // namespace
+
+TEST(engine_fuses_thousand_small_tensors_at_every_threshold) {
+  for (size_t threshold : {size_t{0}, size_t{4096}, size_t{64} << 20}) {
+    withEngines(2, allModes()[1], [&](Config& c) { c.fusionThresholdBytes = threshold; },
+                [&](int rank, Engine& e) {
+                  std::vector<std::vector<float>> ts(1000, std::vector<float>(256));
+                  for (size_t k = 0; k < ts.size(); ++k) {
+                    for (size_t i = 0; i < 256; ++i) ts[k][i] = static_cast<float>(rank + k + i);
+                  }
+                  Status s = call(e, allreduceOf(ts, ReduceOp::kMean));
+                  CHECK(s.ok);
+                  for (size_t k = 0; k < ts.size(); ++k) {
+                    for (size_t i = 0; i < 256; i += 51) CHECK_EQ(ts[k][i], static_cast<float>(k + i) + 0.5f);
+                  }
+                });
+  }
+}
+
+TEST(engine_mixes_packed_and_in_place_tensors) {
+  withEngines(3, allModes()[0], [](Config&) {}, [&](int rank, Engine& e) {
+    // Sizes around the packing cut-off (256 KiB) and a zero-size tensor.
+    std::vector<std::vector<float>> ts = {std::vector<float>(10), std::vector<float>(300000),
+                                          std::vector<float>(0), std::vector<float>(65535),
+                                          std::vector<float>(65536), std::vector<float>(3)};
+    for (auto& t : ts) std::fill(t.begin(), t.end(), static_cast<float>(rank + 1));
+    CHECK(call(e, allreduceOf(ts)).ok);
+    for (auto& t : ts) {
+      for (float v : t) CHECK_EQ(v, 6.0f);
+    }
+  });
+}
+
+TEST(engine_mismatched_shapes_fail_every_rank_then_recover) {
+  for (const Mode& m : allModes()) {
+    withEngines(2, m, [](Config&) {}, [&](int rank, Engine& e) {
+      std::vector<std::vector<float>> ts = {std::vector<float>(5), std::vector<float>(rank ? 4 : 3)};
+      Status s = call(e, allreduceOf(ts));
+      CHECK(!s.ok);
+      CHECK(s.code == Code::kInvalidArgument);
+      CHECK(s.message.find("tensor 1 has shape [3] on rank 0 but [4] on rank 1") != std::string::npos);
+      std::vector<std::vector<float>> counts(rank ? 2 : 1, std::vector<float>(2));
+      s = call(e, allreduceOf(counts));
+      CHECK(!s.ok);
+      CHECK(s.message.find("tensors=1") != std::string::npos);
+      // The ring is still in step: a matching call works.
+      std::vector<std::vector<float>> good = {std::vector<float>(4, 1.0f)};
+      CHECK(call(e, allreduceOf(good)).ok);
+      CHECK_EQ(good[0][3], 2.0f);
+    });
+  }
+}
+
+TEST(engine_mismatched_dtype_and_op) {
+  withEngines(2, allModes()[1], [](Config&) {}, [&](int rank, Engine& e) {
+    std::vector<std::vector<float>> ts = {std::vector<float>(4)};
+    Request r = allreduceOf(ts, rank ? ReduceOp::kMax : ReduceOp::kSum);
+    Status s = call(e, std::move(r));
+    CHECK(!s.ok);
+    CHECK(s.message.find("op=sum") != std::string::npos && s.message.find("op=max") != std::string::npos);
+  });
+}
+
+TEST(engine_allgather_and_broadcast) {
+  withEngines(3, allModes()[1], [](Config&) {}, [&](int rank, Engine& e) {
+    std::vector<int64_t> mine(static_cast<size_t>(rank) * 2, rank);  // shape [rank, 2]
+    std::vector<int64_t> gathered;
+    Request g;
+    g.kind = OpKind::kAllgather;
+    g.name = "ag";
+    g.type = DataType::kInt64;
+    g.tensors.push_back({mine.data(), nullptr, mine.size() * 8, {rank, 2}});
+    g.allocate = [&](const std::vector<int64_t>& dims, std::string*) -> void* {
+      int64_t rows = 0;
+      for (auto d : dims) rows += d;
+      gathered.resize(static_cast<size_t>(rows) * 2);
+      return gathered.data();
+    };
+    CHECK(call(e, std::move(g)).ok);
+    CHECK_EQ(gathered.size(), size_t{6});
+    CHECK_EQ(gathered[0], 1);
+    CHECK_EQ(gathered[5], 2);
+    std::vector<double> b(1000, rank == 2 ? 7.5 : 0.0);
+    Request br;
+    br.kind = OpKind::kBroadcast;
+    br.name = "bc";
+    br.type = DataType::kFloat64;
+    br.root = 2;
+    br.tensors.push_back({b.data(), b.data(), b.size() * 8, {1000}});
+    CHECK(call(e, std::move(br)).ok);
+    CHECK_EQ(b[999], 7.5);
+  });
+}
+
+TEST(engine_dead_peer_fails_fast_with_its_rank) {
+  for (const Mode& m : allModes()) {
+    auto store = std::make_shared<HashStore>();
+    std::string job = uniqueJob();
+    spawn(3, [&](int r) {
+      Config c = rankConfig(r, 3, m, job);
+      c.collectiveTimeout = 20;
+      auto ps = std::make_shared<PrefixStore>(job, store);
+      auto transport = connectRing(c, *ps);
+      if (r == 1) {
+        // Rank 1 "dies": its connections close without a word.
+        transport.reset();
+        return;
+      }
+      Engine e(c, std::move(transport), ps);
+      auto start = Clock::now();
+      std::vector<std::vector<float>> ts = {std::vector<float>(1 << 20, 1.0f)};
+      Status s = call(e, allreduceOf(ts));
+      double took = std::chrono::duration<double>(Clock::now() - start).count();
+      CHECK(!s.ok);
+      CHECK(s.code == Code::kUnavailable);
+      CHECK(took < 10);
+      // Rank 2 hears from rank 1 directly; rank 0 either directly or through the store's abort note.
+      CHECK(s.message.find("rank 1") != std::string::npos);
+      // Every later collective fails at once with the same reason.
+      Status again = call(e, allreduceOf(ts));
+      CHECK(!again.ok && again.message == s.message);
+    });
+  }
+}
+
+TEST(engine_stalled_peer_times_out) {
+  for (const Mode& m : allModes()) {
+    withEngines(2, m, [](Config& c) { c.collectiveTimeout = 1; }, [&](int rank, Engine& e) {
+      if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // alive, but never joins
+        return;
+      }
+      std::vector<std::vector<float>> ts = {std::vector<float>(100, 1.0f)};
+      auto start = Clock::now();
+      Status s = call(e, allreduceOf(ts));
+      double took = std::chrono::duration<double>(Clock::now() - start).count();
+      CHECK(!s.ok);
+      CHECK(s.message.find("timed out waiting for rank 1") != std::string::npos);
+      CHECK(took >= 0.9 && took < 5);
+    });
+  }
+}
+
+TEST(rendezvous_missing_rank_times_out_clearly) {
+  auto store = std::make_shared<HashStore>();
+  std::string job = uniqueJob();
+  Config c = rankConfig(0, 2, allModes()[0], job);
+  c.rendezvousTimeout = 0.5;
+  PrefixStore ps(job, store);
+  CHECK_THROWS(connectRing(c, ps), "no word from rank 1");
+}

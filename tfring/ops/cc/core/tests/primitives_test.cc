@@ -1,0 +1,88 @@
+// SHA-256 / HMAC vectors, 16-bit float conversions and the typed reductions.
+#include <cmath>
+#include <cstring>
+
+#include "../hmac.h"
+#include "../reduce.h"
+#include "test_framework.h"
+
+using namespace tfring;
+
+TEST(sha256_known_vectors) {
+  CHECK_EQ(toHex(sha256("abc", 3)),
+           std::string("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+  CHECK_EQ(toHex(sha256("", 0)),
+           std::string("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+  std::string million(1000000, 'a');
+  CHECK_EQ(toHex(sha256(million.data(), million.size())),
+           std::string("cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
+}
+
+TEST(hmac_rfc4231) {
+  // Test case 1 and 2 of RFC 4231.
+  std::string key1(20, '\x0b');
+  CHECK_EQ(toHex(hmacSha256(key1, "Hi There", 8)),
+           std::string("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"));
+  const char* data2 = "what do ya want for nothing?";
+  CHECK_EQ(toHex(hmacSha256("Jefe", data2, std::strlen(data2))),
+           std::string("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"));
+  // Test case 6: a key longer than the block is hashed first.
+  std::string key6(131, '\xaa');
+  const char* data6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+  CHECK_EQ(toHex(hmacSha256(key6, data6, std::strlen(data6))),
+           std::string("60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"));
+}
+
+TEST(half_roundtrip_every_value) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    uint16_t v = static_cast<uint16_t>(h);
+    float f = halfToFloat(v);
+    if (std::isnan(f)) {
+      CHECK(std::isnan(halfToFloat(floatToHalf(f))));
+      continue;
+    }
+    CHECK_EQ(floatToHalf(f), v);
+  }
+  CHECK_EQ(halfToFloat(0x3c00), 1.0f);
+  CHECK_EQ(floatToHalf(65504.0f), 0x7bff);
+  CHECK_EQ(floatToHalf(1e6f), 0x7c00);                      // overflow to +inf
+  CHECK_EQ(floatToHalf(1.0f + 1.0f / 2048), 0x3c00);        // tie rounds to even
+  CHECK_EQ(floatToHalf(1.0f + 3.0f / 2048), 0x3c02);
+  CHECK_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0);          // half of the smallest subnormal: even -> 0
+  CHECK_EQ(floatToHalf(std::ldexp(1.5f, -24)), 2);
+}
+
+TEST(bfloat16_conversions) {
+  CHECK_EQ(bfloat16ToFloat(0x3f80), 1.0f);
+  CHECK_EQ(floatToBfloat16(1.0f), 0x3f80);
+  CHECK_EQ(floatToBfloat16(1.00390625f), 0x3f80);  // tie: even
+  CHECK_EQ(floatToBfloat16(1.01171875f), 0x3f82);  // tie: up to even
+  CHECK(std::isnan(bfloat16ToFloat(floatToBfloat16(std::nanf("")))));
+}
+
+TEST(reduce_ops_all_types) {
+  float a[5] = {1, -2, 3, 4, 0.5f}, b[5] = {2, 5, -1, 4, 4}, out[5];
+  reduceInto(out, a, b, 5, DataType::kFloat32, ReduceOp::kSum);
+  CHECK_EQ(out[1], 3.0f);
+  reduceInto(out, a, b, 5, DataType::kFloat32, ReduceOp::kMin);
+  CHECK_EQ(out[1], -2.0f);
+  reduceInto(out, a, b, 5, DataType::kFloat32, ReduceOp::kMax);
+  CHECK_EQ(out[2], 3.0f);
+  reduceInto(out, a, b, 5, DataType::kFloat32, ReduceOp::kProduct);
+  CHECK_EQ(out[4], 2.0f);
+  int64_t ia[3] = {1LL << 40, 5, -7}, ib[3] = {1, 6, 2};
+  reduceInto(ia, ia, ib, 3, DataType::kInt64, ReduceOp::kSum);  // aliasing dst == a
+  CHECK_EQ(ia[0], (1LL << 40) + 1);
+  divideBy(ia, 3, DataType::kInt64, 2);
+  CHECK_EQ(ia[2], -2);  // truncation toward zero
+  uint16_t ha[300], hb[300], ho[300];
+  for (int i = 0; i < 300; ++i) {
+    ha[i] = floatToHalf(static_cast<float>(i));
+    hb[i] = floatToHalf(0.5f);
+  }
+  reduceInto(ho, ha, hb, 300, DataType::kFloat16, ReduceOp::kSum);
+  CHECK_EQ(halfToFloat(ho[299]), 299.5f);
+  uint16_t ba = floatToBfloat16(3.0f), bb = floatToBfloat16(2.0f), bo;
+  reduceInto(&bo, &ba, &bb, 1, DataType::kBFloat16, ReduceOp::kProduct);
+  CHECK_EQ(bfloat16ToFloat(bo), 6.0f);
+}

@@ -1,0 +1,128 @@
+// Thread-ranks for the algorithm and engine tests: P threads in one process, each with its own
+// Transport built by the real bootstrap over an in-memory store (Gloo's base_test spawn()).
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "../bootstrap.h"
+#include "../reduce.h"
+#include "../store.h"
+#include "test_framework.h"
+
+namespace tfring_test {
+
+struct Mode {
+  const char* transport;
+  bool singleCopy;
+  const char* label;
+};
+
+inline std::vector<Mode> allModes() {
+  return {{"tcp", false, "tcp"}, {"shm", true, "shm-single-copy"}, {"shm", false, "shm-eager"}};
+}
+
+inline tfring::Config rankConfig(int rank, int size, const Mode& m, const std::string& job) {
+  tfring::Config c;
+  c.rank = rank;
+  c.size = size;
+  c.jobId = job;
+  c.secret = "test-secret";
+  c.transport = m.transport;
+  c.singleCopy = m.singleCopy;
+  c.rendezvousTimeout = 30;
+  c.collectiveTimeout = 30;
+  return c;
+}
+
+inline std::string uniqueJob() {
+  static std::atomic<int> counter{0};
+  return "t" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+// Runs fn(rank, transport, config) on `size` thread-ranks connected in a ring.
+inline void withRing(int size, const Mode& m,
+                     const std::function<void(int, tfring::Transport*, const tfring::Config&)>& fn) {
+  auto store = std::make_shared<tfring::HashStore>();
+  std::string job = uniqueJob();
+  spawn(size, [&](int r) {
+    tfring::Config c = rankConfig(r, size, m, job);
+    tfring::PrefixStore ps(job, store);
+    auto t = tfring::connectRing(c, ps);
+    fn(r, t.get(), c);
+    // Keep every transport alive until all ranks are done with their last step.
+    tfring::storeBarrier(ps, "test-end", r, size, tfring::Deadline::after(30));
+  });
+}
+
+inline void setElem(void* p, size_t i, tfring::DataType t, double v) {
+  using tfring::DataType;
+  switch (t) {
+    case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
+    case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DataType::kUint8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kFloat16: static_cast<uint16_t*>(p)[i] = tfring::floatToHalf(static_cast<float>(v)); break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(p)[i] = tfring::floatToBfloat16(static_cast<float>(v));
+      break;
+  }
+}
+
+inline double getElem(const void* p, size_t i, tfring::DataType t) {
+  using tfring::DataType;
+  switch (t) {
+    case DataType::kFloat32: return static_cast<const float*>(p)[i];
+    case DataType::kFloat64: return static_cast<const double*>(p)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case DataType::kInt64: return static_cast<const int64_t*>(p)[i];
+    case DataType::kUint8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::kFloat16: return tfring::halfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DataType::kBFloat16: return tfring::bfloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0;
+}
+
+// Small integers so every dtype represents inputs and sums exactly.
+inline double inputValue(int rank, size_t i, tfring::ReduceOp op) {
+  if (op == tfring::ReduceOp::kProduct) {
+    int k = static_cast<int>((i + rank) % 3);
+    return k == 2 ? 2 : (k == 1 ? -1 : 1);
+  }
+  return static_cast<double>(static_cast<int>(((rank + 1) * (i % 13)) % 17) - 8);
+}
+
+inline double expectedValue(int size, size_t i, tfring::ReduceOp op, tfring::DataType t) {
+  using tfring::ReduceOp;
+  double acc = inputValue(0, i, op);
+  for (int r = 1; r < size; ++r) {
+    double v = inputValue(r, i, op);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMean: acc += v; break;
+      case ReduceOp::kProduct: acc *= v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+    }
+  }
+  if (op == ReduceOp::kMean) {
+    bool integer = t == tfring::DataType::kInt32 || t == tfring::DataType::kInt64;
+    acc = integer ? std::trunc(acc / size) : acc / size;
+  }
+  return acc;
+}
+
+inline double tolerance(tfring::DataType t) {
+  if (t == tfring::DataType::kFloat16) return 1e-2;
+  if (t == tfring::DataType::kBFloat16) return 5e-2;
+  if (t == tfring::DataType::kFloat32) return 1e-6;
+  return 1e-12;
+}
+
+}  // namespace tfring_test
