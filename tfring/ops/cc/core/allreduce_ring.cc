@@ -10,7 +10,7 @@ namespace {
 // Copies `in` to `out` piece by piece (skipping pieces that are the same memory).
 void copyPieces(const IoList& in, const IoList& out) {
   for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i].iov_base != out[i].iov_base) std::memcpy(out[i].iov_base, in[i].iov_base, in[i].iov_len);
+    if (in[i].iov_base != out[i].iov_base && in[i].iov_len) std::memcpy(out[i].iov_base, in[i].iov_base, in[i].iov_len);
   }
 }
 

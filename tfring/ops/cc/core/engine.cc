@@ -214,7 +214,7 @@ void Engine::allreduce(Request& r, Deadline d) {
       for (size_t k = i; k < j; ++k) {
         const auto& t = r.tensors[k];
         if (t.bytes >= kPackBelow) continue;
-        std::memcpy(fusion_.data() + at, t.in, t.bytes);
+        if (t.bytes) std::memcpy(fusion_.data() + at, t.in, t.bytes);
         at += t.bytes;
       }
       in.push_back({fusion_.data(), packBytes});
@@ -232,7 +232,7 @@ void Engine::allreduce(Request& r, Deadline d) {
       for (size_t k = i; k < j; ++k) {
         auto& t = r.tensors[k];
         if (t.bytes >= kPackBelow) continue;
-        std::memcpy(t.out, fusion_.data() + at, t.bytes);
+        if (t.bytes) std::memcpy(t.out, fusion_.data() + at, t.bytes);
         at += t.bytes;
       }
     }
@@ -261,16 +261,15 @@ void Engine::allgather(Request& r, Deadline d) {
   std::string error;
   void* out = r.allocate(dims, &error);
   std::vector<uint8_t> scratch;
-  if (out == nullptr) {
+  const bool allocFailed = !error.empty() || (out == nullptr && total > 0);
+  if (allocFailed) {
     // Still take part in the exchange, so the other ranks are not left waiting.
     scratch.resize(total);
     out = scratch.data();
   }
   if (t.bytes) std::memcpy(static_cast<uint8_t*>(out) + mineAt, t.in, t.bytes);
   ringAllgather(transport_.get(), config_.size, {{out, total}}, blocks, d);
-  if (!scratch.empty() || !error.empty()) {
-    throw Error(Code::kInternal, "allgather could not allocate its output: " + error);
-  }
+  if (allocFailed) throw Error(Code::kInternal, "allgather could not allocate its output: " + error);
 }
 
 Status Engine::fail(const std::string& what, int peer) {

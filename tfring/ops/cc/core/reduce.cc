@@ -199,19 +199,9 @@ void reduceInto(void* dst, const void* a, const void* b, size_t count, DataType 
 void divideBy(void* data, size_t count, DataType type, int divisor) {
   if (divisor == 1 || count == 0) return;
   switch (type) {
-    case DataType::kFloat32: {
-      // Multiply by the reciprocal like every framework does for float means.
-      float* p = static_cast<float*>(data);
-      const float inv = 1.0f / static_cast<float>(divisor);
-      for (size_t i = 0; i < count; ++i) p[i] *= inv;
-      return;
-    }
-    case DataType::kFloat64: {
-      double* p = static_cast<double*>(data);
-      const double inv = 1.0 / static_cast<double>(divisor);
-      for (size_t i = 0; i < count; ++i) p[i] *= inv;
-      return;
-    }
+    // A true division (not a multiply by 1/divisor) so a mean matches sum / n bit for bit.
+    case DataType::kFloat32: return divideLoop(static_cast<float*>(data), count, divisor);
+    case DataType::kFloat64: return divideLoop(static_cast<double*>(data), count, divisor);
     case DataType::kInt32: return divideLoop(static_cast<int32_t*>(data), count, divisor);
     case DataType::kInt64: return divideLoop(static_cast<int64_t*>(data), count, divisor);
     case DataType::kUint8: return divideLoop(static_cast<uint8_t*>(data), count, divisor);

@@ -1,0 +1,57 @@
+# tfring: `make demo` and `make test` work on a fresh machine (Python 3.11, g++, network to PyPI).
+# `make test TF=2.21` runs the suite against the newest TensorFlow instead of the reference 2.17.
+PYTHON ?= python3.11
+TF ?= 2.17
+VENV := $(if $(filter 2.17,$(TF)),.venv,.venv-tf$(TF))
+REQS := requirements/tf$(TF).txt
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.tfring-installed
+PYTEST_ARGS ?=
+CORE := tfring/ops/cc/core
+CORE_SRCS := $(wildcard $(CORE)/*.cc) $(wildcard $(CORE)/tests/*.cc)
+CORE_HDRS := $(wildcard $(CORE)/*.h) $(wildcard $(CORE)/tests/*.h)
+CXX ?= g++
+CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread
+BUILD := .build
+
+.PHONY: env demo test test-core test-python core-tests clean
+
+env: $(STAMP)
+
+$(STAMP): $(REQS) setup.py
+	@test -f $(REQS) || (echo "no requirements for TF=$(TF): use TF=2.17 or TF=2.21" && exit 2)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -r $(REQS)
+	$(PY) -m pip install -q --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: env
+	$(VENV)/bin/tfring run -np 2 $(PY) examples/allreduce_demo.py
+
+# The framework-free core, plain and under AddressSanitizer (+UBSan) and ThreadSanitizer.
+$(BUILD)/core_tests: $(CORE_SRCS) $(CORE_HDRS)
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS_CORE) -O2 $(CORE_SRCS) -o $@ -lrt
+$(BUILD)/core_tests_asan: $(CORE_SRCS) $(CORE_HDRS)
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS_CORE) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer $(CORE_SRCS) -o $@ -lrt
+$(BUILD)/core_tests_tsan: $(CORE_SRCS) $(CORE_HDRS)
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS_CORE) -O1 -fsanitize=thread $(CORE_SRCS) -o $@ -lrt
+
+core-tests: $(BUILD)/core_tests $(BUILD)/core_tests_asan $(BUILD)/core_tests_tsan
+
+test-core:
+	$(MAKE) -j2 core-tests
+	$(BUILD)/core_tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(BUILD)/core_tests_asan
+	TSAN_OPTIONS=halt_on_error=1 setarch $$(uname -m) -R $(BUILD)/core_tests_tsan
+
+test-python: env
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test: test-core test-python
+
+clean:
+	rm -rf $(BUILD) tfring/ops/lib

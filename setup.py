@@ -1,0 +1,49 @@
+"""Installs tfring and compiles its op library against the TensorFlow of the target environment.
+
+Install with `pip install --no-build-isolation .` (or `-e .`): the library must be built against
+the TensorFlow that will import it, so the build has to see that environment.
+"""
+
+import importlib.util
+import os
+
+from setuptools import find_packages
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_build_module():
+    # Load tfring/ops/build.py by path: importing the package would import TensorFlow's ops too.
+    spec = importlib.util.spec_from_file_location("_tfring_build", os.path.join(HERE, "tfring", "ops", "build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildPyWithOps(build_py):
+    """build_py that also compiles `tfring/ops/_tfring_ops.so`."""
+
+    def run(self):
+        super().run()
+        build = _load_build_module()
+        if getattr(self, "editable_mode", False):
+            target = os.path.join(HERE, "tfring", "ops")
+        else:
+            target = os.path.join(self.build_lib, "tfring", "ops")
+        build.build(base=target)
+
+
+setup(
+    name="tfring",
+    version="0.1.0",
+    description="Synchronous data-parallel training for Keras 3 / TensorFlow over a fused ring allreduce",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tfring", "tfring.*"]),
+    package_data={"tfring.ops": ["cc/core/*.h", "cc/core/*.cc", "cc/kernels/*.cc", "cc/kernels/*.h"]},
+    install_requires=["numpy"],
+    extras_require={"test": ["pytest"]},
+    entry_points={"console_scripts": ["tfring=tfring.cli:main"]},
+    cmdclass={"build_py": BuildPyWithOps},
+)

@@ -1,0 +1,225 @@
+"""Collectives across real processes started by `tfring run`, checked against NumPy."""
+
+import time
+
+import pytest
+
+from tfring.testing import rank_lines
+from tfring.testing import run_job
+
+CHECK_EVERYTHING = r'''
+import numpy as np
+import tensorflow as tf
+import tfring
+
+tfring.init()
+rank, size = tfring.rank(), tfring.size()
+DTYPES = [np.float16, tf.bfloat16.as_numpy_dtype, np.float32, np.float64, np.int32, np.int64]
+OPS = ["sum", "mean", "min", "max", "product"]
+SIZES = [0, 1, 7, 4099]
+failures = []
+
+def value(r, n, op):
+    i = np.arange(n)
+    if op == "product":
+        k = (i + r) % 3
+        return np.where(k == 2, 2, np.where(k == 1, -1, 1)).astype(np.float64)
+    return (((r + 1) * (i % 13)) % 17 - 8).astype(np.float64)
+
+def expected(n, op, dtype):
+    vals = np.stack([value(r, n, op) for r in range(size)])
+    if op in ("sum", "mean"):
+        out = vals.sum(0)
+    elif op == "product":
+        out = vals.prod(0)
+    elif op == "min":
+        out = vals.min(0)
+    else:
+        out = vals.max(0)
+    if op == "mean":
+        out = np.trunc(out / size) if np.issubdtype(dtype, np.integer) else out / size
+    return out
+
+def check(name, got, want, dtype):
+    got = np.asarray(got, dtype=np.float64)
+    tol = {np.float16: 1e-2, np.float32: 1e-6, np.float64: 1e-12}.get(dtype, 5e-2 if dtype == tf.bfloat16.as_numpy_dtype else 0)
+    if got.shape != want.shape or not np.allclose(got, want, rtol=tol, atol=tol):
+        failures.append(f"{name}: got {got[:5]} want {want[:5]}")
+
+@tf.function
+def fused(tensors, op):
+    return tfring.ops.allreduce(tensors, op=op)
+
+for dtype in DTYPES:
+    for op in OPS:
+        tensors = [tf.constant(value(rank, n, op).astype(dtype)) for n in SIZES]
+        eager = tfring.ops.allreduce(tensors, op=op)
+        graph = fused(tensors, op)
+        for n, e, g in zip(SIZES, eager, graph):
+            want = expected(n, op, dtype)
+            check(f"eager {np.dtype(dtype).name} {op} n={n}", e.numpy(), want, dtype)
+            check(f"graph {np.dtype(dtype).name} {op} n={n}", g.numpy(), want, dtype)
+
+if size == 2:
+    big = tfring.ops.allreduce(tf.fill([10**7], float(rank + 1)))
+    check("10^7 floats", big.numpy()[::99991], np.full(len(range(0, 10**7, 99991)), 3.0), np.float32)
+
+# 1000 tensors in one op.
+many = [tf.fill([1 + (k * 37) % 300], float(rank * 1000 + k)) for k in range(1000)]
+reduced = tfring.ops.allreduce(many, op="sum")
+for k in (0, 1, 500, 999):
+    want = np.full(1 + (k * 37) % 300, sum(r * 1000 + k for r in range(size)), dtype=np.float64)
+    check(f"1000 tensors [{k}]", reduced[k].numpy(), want, np.float32)
+
+# Broadcast from every root, a list of mixed dtypes.
+for root in range(size):
+    out = tfring.ops.broadcast([tf.fill([5], float(rank)), tf.fill([3, 2], rank * 10), tf.constant(rank == root)], root_rank=root)
+    check(f"broadcast root {root}", out[0].numpy(), np.full(5, root, np.float64), np.float64)
+    check(f"broadcast root {root} int", out[1].numpy(), np.full((3, 2), root * 10, np.float64), np.float64)
+    if not bool(out[2].numpy()):
+        failures.append(f"broadcast root {root}: bool not taken from the root")
+
+# Allgather with a first dimension that differs per rank (rank 0 contributes nothing).
+g = tfring.ops.allgather(tf.fill([rank, 3], rank))
+want = np.concatenate([np.full((r, 3), r) for r in range(size)])
+check("allgather", g.numpy(), want.astype(np.float64), np.float64)
+
+# Gradients.
+x = tf.Variable([1.0, 2.0])
+with tf.GradientTape(persistent=True) as tape:
+    y = tf.reduce_sum(tfring.ops.allreduce(x * float(rank + 1), op="sum"))
+    z = tf.reduce_sum(tfring.ops.allgather(tf.reshape(x, [1, 2]) * float(rank + 1)))
+    b = tf.reduce_sum(tfring.ops.broadcast(x * 2.0, root_rank=0))
+check("grad allreduce", tape.gradient(y, x).numpy(), np.full(2, size * (rank + 1.0)), np.float64)
+check("grad allgather", tape.gradient(z, x).numpy(), np.full(2, size * (rank + 1.0)), np.float64)
+check("grad broadcast", tape.gradient(b, x).numpy(), np.full(2, 2.0 * size if rank == 0 else 0.0), np.float64)
+
+tfring.ops.barrier()
+print("TRANSPORT", tfring.transport_name())
+print("FAILURES", len(failures))
+for f in failures[:20]:
+    print("FAIL", f)
+'''
+
+
+@pytest.mark.parametrize("num_processes,transport", [(2, "shm"), (2, "tcp"), (3, "shm"), (4, "tcp")])
+def test_every_dtype_op_and_collective_matches_numpy(num_processes, transport):
+    proc = run_job(num_processes, CHECK_EVERYTHING, env={"TFRING_TRANSPORT": transport})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(num_processes):
+        lines = rank_lines(proc.stdout, r)
+        assert "FAILURES 0" in lines, "\n".join(lines)
+        assert any(l.startswith("TRANSPORT " + transport) for l in lines), lines
+
+
+def test_shm_without_single_copy_is_exact_too():
+    script = CHECK_EVERYTHING.replace("SIZES = [0, 1, 7, 4099]", "SIZES = [4099, 100000]")
+    proc = run_job(2, script, env={"TFRING_TRANSPORT": "shm", "TFRING_SINGLE_COPY": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        assert "FAILURES 0" in rank_lines(proc.stdout, r)
+        assert "TRANSPORT shm" in rank_lines(proc.stdout, r)
+
+
+MISMATCH = r'''
+import tensorflow as tf
+import tfring
+tfring.init()
+rank = tfring.rank()
+try:
+    tfring.ops.allreduce([tf.zeros([2]), tf.zeros([3 + rank, 2])])
+    print("NO ERROR")
+except tf.errors.InvalidArgumentError as e:
+    print("INVALID", e.message.splitlines()[0])
+try:
+    tfring.ops.allreduce([tf.zeros([2])] * (1 + rank))
+    print("NO ERROR")
+except tf.errors.InvalidArgumentError as e:
+    print("INVALID", e.message.splitlines()[0])
+try:
+    tfring.ops.allreduce(tf.zeros([2], tf.float32 if rank == 0 else tf.float64))
+    print("NO ERROR")
+except tf.errors.InvalidArgumentError as e:
+    print("INVALID", e.message.splitlines()[0])
+print("AFTER", tfring.ops.allreduce(tf.ones([3])).numpy().tolist())
+'''
+
+
+def test_mismatched_shapes_counts_and_dtypes_fail_on_every_rank():
+    proc = run_job(2, MISMATCH)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        lines = rank_lines(proc.stdout, r)
+        invalid = [l for l in lines if l.startswith("INVALID")]
+        assert len(invalid) == 3, lines
+        assert "tensor 1 has shape [3, 2] on rank 0 but [4, 2] on rank 1" in invalid[0]
+        assert "tensors=1" in invalid[1] and "tensors=2" in invalid[1]
+        assert "dtype=float32" in invalid[2] and "dtype=float64" in invalid[2]
+        assert "AFTER [2.0, 2.0, 2.0]" in lines
+
+
+KILLED = r'''
+import os, signal, sys, threading, time
+import tensorflow as tf
+import tfring
+tfring.init()
+rank = tfring.rank()
+tfring.ops.allreduce(tf.ones([4]))        # everyone is up
+if rank == 1:
+    # Die with SIGKILL while inside a stream of large collectives.
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+else:
+    signal.signal(signal.SIGTERM, lambda *a: None)   # stay alive to report what we saw
+big = tf.ones([4_000_000])
+start = time.monotonic()
+try:
+    for _ in range(100000):
+        tfring.ops.allreduce(big)
+    print("NO ERROR")
+except tf.errors.UnavailableError as e:
+    print(f"UNAVAILABLE after {time.monotonic() - start:.1f}s: {e.message.splitlines()[0]}")
+    sys.stdout.flush()
+    try:
+        tfring.ops.allreduce(tf.ones([1]))
+    except tf.errors.UnavailableError:
+        print("LATER OPS FAIL TOO")
+'''
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_killed_rank_fails_the_others_fast_and_the_launcher_exits_nonzero(transport):
+    start = time.monotonic()
+    proc = run_job(3, KILLED, env={"TFRING_TRANSPORT": transport, "TFRING_TIMEOUT": "60"}, timeout=120)
+    took = time.monotonic() - start
+    assert proc.returncode == 128 + 9, (proc.returncode, proc.stderr[-2000:])
+    assert took < 60
+    for r in (0, 2):
+        lines = rank_lines(proc.stdout, r)
+        seen = [l for l in lines if l.startswith("UNAVAILABLE")]
+        assert seen, (lines, proc.stderr[-2000:])
+        assert "rank 1" in seen[0]
+        assert "LATER OPS FAIL TOO" in lines
+    assert "rank 1 exited with code -9" in proc.stderr
+
+
+STALLED = r'''
+import time
+import tensorflow as tf
+import tfring
+tfring.init()
+tfring.ops.allreduce(tf.ones([4]))
+if tfring.rank() == 1:
+    time.sleep(6)    # alive but never joins the next collective
+else:
+    try:
+        tfring.ops.allreduce(tf.ones([4]))
+        print("NO ERROR")
+    except tf.errors.UnavailableError as e:
+        print("UNAVAILABLE", e.message.splitlines()[0])
+'''
+
+
+def test_stalled_rank_times_out_with_tfring_timeout():
+    proc = run_job(2, STALLED, env={"TFRING_TIMEOUT": "2"}, timeout=120)
+    lines = rank_lines(proc.stdout, 0)
+    assert any("timed out waiting for rank 1" in l for l in lines), (lines, proc.stderr[-2000:])

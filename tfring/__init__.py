@@ -1,0 +1,31 @@
+"""tfring: synchronous data-parallel training for Keras 3 and TensorFlow over a fused ring allreduce.
+
+    import tfring
+    tfring.init()
+    print(tfring.rank(), tfring.size())
+
+Launch several processes with `tfring run -np 4 python train.py` (or mpirun / srun).
+"""
+
+from tfring.runtime import init
+from tfring.runtime import is_initialized
+from tfring.runtime import local_rank
+from tfring.runtime import local_size
+from tfring.runtime import rank
+from tfring.runtime import shutdown
+from tfring.runtime import size
+from tfring.runtime import transport_name
+
+__version__ = "0.1.0"
+
+__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+           "transport_name", "ops"]
+
+
+def __getattr__(name):
+    # `tfring.ops` imports TensorFlow: load it only when asked for.
+    if name == "ops":
+        import importlib
+
+        return importlib.import_module("tfring.ops")
+    raise AttributeError(f"module 'tfring' has no attribute {name!r}")

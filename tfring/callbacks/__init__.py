@@ -1,0 +1,1 @@
+"""tfring.callbacks (see the issues that build it)."""

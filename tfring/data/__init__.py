@@ -1,0 +1,1 @@
+"""tfring.data (see the issues that build it)."""

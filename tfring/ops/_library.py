@@ -1,0 +1,78 @@
+"""Loads the compiled op library once, rebuilding it first when it was built for another
+TensorFlow (or from other sources)."""
+
+import ctypes
+import fcntl
+import os
+import sys
+
+from tfring.ops import build as _build
+
+_loaded = None  # (tf op module, ctypes handle), set once per process
+
+
+class LibraryError(ImportError):
+    """The op library is missing or stale and could not be rebuilt here."""
+
+
+def _needs_build(tf_version):
+    info = _build.read_build_info(_build.library_dir(tf_version))
+    if info is None:
+        return "it has not been built yet"
+    if info.get("tensorflow") != tf_version:
+        return f"it was built for TensorFlow {info.get('tensorflow')}, this is {tf_version}"
+    if info.get("sources") != _build.source_digest():
+        return "its C++ sources changed since it was built"
+    return None
+
+
+def _ensure_built(tf_version):
+    reason = _needs_build(tf_version)
+    if reason is None:
+        return
+    directory = _build.HERE
+    if not os.access(directory, os.W_OK):
+        raise LibraryError(
+            f"tfring's op library cannot be used ({reason}) and {directory} is not writable. "
+            f"Rebuild it with: {sys.executable} -m pip install --no-build-isolation --force-reinstall tfring "
+            f"(or, in a source checkout: {sys.executable} -m tfring.ops.build)")
+    # Several ranks may import at once: one builds, the others wait and then find it built.
+    with open(os.path.join(directory, ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        reason = _needs_build(tf_version)
+        if reason is None:
+            return
+        print(f"tfring: rebuilding the op library because {reason}", file=sys.stderr, flush=True)
+        try:
+            _build.build(verbose=False)
+        except Exception as e:  # compiler errors carry their own detail
+            raise LibraryError(f"tfring could not rebuild its op library: {e}") from e
+
+
+def load():
+    """Returns `(ops_module, cdll)`: the TF op wrappers and the C API of the same library."""
+    global _loaded
+    if _loaded is None:
+        import tensorflow as tf
+
+        _ensure_built(tf.__version__)
+        path = os.path.join(_build.library_dir(tf.__version__), _build.LIBRARY_NAME)
+        ops_module = tf.load_op_library(path)
+        # The same file: dlopen hands back the library TF loaded, so both share one runtime.
+        cdll = ctypes.CDLL(path)
+        _declare(cdll)
+        _loaded = (ops_module, cdll)
+    return _loaded
+
+
+def _declare(c):
+    c.tfring_init.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    c.tfring_init.restype = ctypes.c_int
+    c.tfring_shutdown.restype = None
+    c.tfring_initialized.restype = ctypes.c_int
+    c.tfring_topology.argtypes = [ctypes.POINTER(ctypes.c_int)] * 4
+    c.tfring_transport_name.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    c.tfring_allreduce_raw.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
+                                       ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    c.tfring_barrier_raw.argtypes = [ctypes.c_char_p, ctypes.c_size_t]

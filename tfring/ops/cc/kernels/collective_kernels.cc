@@ -1,0 +1,191 @@
+// Thin AsyncOpKernels over the engine: validate, allocate (forwarding inputs in place when TF
+// allows), hand raw pointers to the engine, and return; the engine calls done() when the ring
+// has finished. No algorithm lives here, and no TF inter-op thread ever blocks on a peer.
+#include <memory>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/platform/errors.h"
+#include "../core/runtime.h"
+
+namespace tfring {
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+absl::Status toTf(const Status& s) {
+  switch (s.code) {
+    case Code::kInvalidArgument: return tensorflow::errors::InvalidArgument(s.message);
+    case Code::kUnavailable: return tensorflow::errors::Unavailable(s.message);
+    case Code::kDeadlineExceeded: return tensorflow::errors::DeadlineExceeded(s.message);
+    case Code::kFailedPrecondition: return tensorflow::errors::FailedPrecondition(s.message);
+    case Code::kInternal: break;
+  }
+  return tensorflow::errors::Internal(s.message);
+}
+
+// The core's type for a TF dtype; false for types the op attrs already exclude.
+bool coreType(tensorflow::DataType t, DataType* out) {
+  switch (t) {
+    case tensorflow::DT_HALF: *out = DataType::kFloat16; return true;
+    case tensorflow::DT_BFLOAT16: *out = DataType::kBFloat16; return true;
+    case tensorflow::DT_FLOAT: *out = DataType::kFloat32; return true;
+    case tensorflow::DT_DOUBLE: *out = DataType::kFloat64; return true;
+    case tensorflow::DT_INT32: *out = DataType::kInt32; return true;
+    case tensorflow::DT_INT64: *out = DataType::kInt64; return true;
+    case tensorflow::DT_UINT8:
+    case tensorflow::DT_BOOL: *out = DataType::kUint8; return true;
+    default: return false;
+  }
+}
+
+ReduceOp parseReduceOp(const std::string& s) {
+  if (s == "mean") return ReduceOp::kMean;
+  if (s == "min") return ReduceOp::kMin;
+  if (s == "max") return ReduceOp::kMax;
+  if (s == "product") return ReduceOp::kProduct;
+  return ReduceOp::kSum;
+}
+
+std::vector<int64_t> dims(const TensorShape& s) {
+  std::vector<int64_t> d;
+  for (int i = 0; i < s.dims(); ++i) d.push_back(s.dim_size(i));
+  return d;
+}
+
+// Shared by every kernel: the runtime, or an error that says to call init.
+std::shared_ptr<Runtime> runtimeOrFail(OpKernelContext* ctx) {
+  auto rt = Runtime::current();
+  if (!rt) {
+    ctx->SetStatus(tensorflow::errors::FailedPrecondition(
+        "tfring is not initialised in this process: call tfring.init() (or use tfring.RingStrategy) "
+        "before running tfring ops"));
+  }
+  return rt;
+}
+
+std::function<void(const Status&)> finisher(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done) {
+  return [ctx, done](const Status& s) {
+    if (!s.ok) ctx->SetStatus(toTf(s));
+    done();
+  };
+}
+
+// Allreduce and broadcast: N inputs to N outputs of the same shapes.
+class ListCollectiveOp : public AsyncOpKernel {
+ public:
+  ListCollectiveOp(OpKernelConstruction* c, OpKind kind) : AsyncOpKernel(c), kind_(kind) {
+    if (kind == OpKind::kAllreduce) {
+      std::string op;
+      OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
+      op_ = parseReduceOp(op);
+    } else {
+      OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+    }
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = runtimeOrFail(ctx);
+    if (!rt) return done();
+    Request req;
+    req.kind = kind_;
+    req.name = name();
+    req.op = op_;
+    req.root = root_;
+    OP_REQUIRES_ASYNC(ctx, coreType(ctx->input_dtype(0), &req.type),
+                      tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
+    if (kind_ == OpKind::kBroadcast && root_ >= rt->config().size) {
+      ctx->SetStatus(tensorflow::errors::InvalidArgument(
+          "tfring.broadcast: root_rank ", root_, " is not a rank of this job of size ", rt->config().size));
+      return done();
+    }
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      const Tensor& in = ctx->input(i);
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out), done);
+      req.tensors.push_back({in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
+                             static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
+    }
+    req.done = finisher(ctx, done);
+    rt->engine().enqueue(std::move(req));
+  }
+
+ private:
+  OpKind kind_;
+  ReduceOp op_ = ReduceOp::kSum;
+  int root_ = 0;
+};
+
+class AllreduceOp : public ListCollectiveOp {
+ public:
+  explicit AllreduceOp(OpKernelConstruction* c) : ListCollectiveOp(c, OpKind::kAllreduce) {}
+};
+
+class BroadcastOp : public ListCollectiveOp {
+ public:
+  explicit BroadcastOp(OpKernelConstruction* c) : ListCollectiveOp(c, OpKind::kBroadcast) {}
+};
+
+class AllgatherOp : public AsyncOpKernel {
+ public:
+  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = runtimeOrFail(ctx);
+    if (!rt) return done();
+    const Tensor& in = ctx->input(0);
+    OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
+                      tensorflow::errors::InvalidArgument(
+                          "tfring.allgather needs a tensor of rank >= 1 (it concatenates along the "
+                          "first dimension), got a scalar"),
+                      done);
+    Request req;
+    req.kind = OpKind::kAllgather;
+    req.name = name();
+    OP_REQUIRES_ASYNC(ctx, coreType(in.dtype(), &req.type),
+                      tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
+    req.tensors.push_back({in.tensor_data().data(), nullptr, static_cast<size_t>(in.TotalBytes()),
+                           dims(in.shape())});
+    TensorShape shape = in.shape();
+    req.allocate = [ctx, shape](const std::vector<int64_t>& firstDims, std::string* error) mutable -> void* {
+      int64_t rows = 0;
+      for (int64_t d : firstDims) rows += d;
+      shape.set_dim(0, rows);
+      Tensor* out = nullptr;
+      absl::Status s = ctx->allocate_output(0, shape, &out);
+      if (!s.ok()) {
+        *error = std::string(s.message());
+        return nullptr;
+      }
+      return const_cast<char*>(out->tensor_data().data());
+    };
+    req.done = finisher(ctx, done);
+    rt->engine().enqueue(std::move(req));
+  }
+};
+
+class BarrierOp : public AsyncOpKernel {
+ public:
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = runtimeOrFail(ctx);
+    if (!rt) return done();
+    Request req;
+    req.kind = OpKind::kBarrier;
+    req.name = name();
+    req.done = finisher(ctx, done);
+    rt->engine().enqueue(std::move(req));
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(tensorflow::DEVICE_CPU), AllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(tensorflow::DEVICE_CPU), BroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(tensorflow::DEVICE_CPU), AllgatherOp);
+REGISTER_KERNEL_BUILDER(Name("TfringBarrier").Device(tensorflow::DEVICE_CPU), BarrierOp);
+
+}  // namespace
+}  // namespace tfring

@@ -1,0 +1,68 @@
+// Op registrations: names, attributes, shape functions and docs. The kernels live in
+// collective_kernels.cc (the tensorflow/custom-op split of registration and implementation).
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+REGISTER_OP("TfringAllreduce")
+    .Input("tensors: N * T")
+    .Output("reduced: N * T")
+    .Attr("T: {half, bfloat16, float, double, int32, int64}")
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Reduces every tensor of the list across all ranks of the tfring job, as one collective.
+Each output has the shape of its input and holds the elementwise reduction over ranks.
+)doc");
+
+REGISTER_OP("TfringBroadcast")
+    .Input("tensors: N * T")
+    .Output("broadcast: N * T")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
+    .Attr("N: int >= 1")
+    .Attr("root_rank: int >= 0 = 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Copies every tensor of the list from `root_rank` to all ranks.
+)doc");
+
+REGISTER_OP("TfringAllgather")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle in = c->input(0);
+      if (!c->RankKnown(in)) {
+        c->set_output(0, c->UnknownShape());
+        return absl::OkStatus();
+      }
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Concatenates the tensor of every rank along the first dimension, in rank order. The first
+dimension may differ between ranks; the others must match.
+)doc");
+
+REGISTER_OP("TfringBarrier")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Completes once every rank has reached it.
+)doc");

@@ -1,0 +1,216 @@
+"""Collective operations on tensors: allreduce, broadcast, allgather, barrier.
+
+Each call is ONE op node, also for a list of tensors, so a whole gradient list is reduced as a
+single fused collective. The kernels are asynchronous: they hand the tensors to tfring's engine
+and never block a TensorFlow inter-op thread.
+
+Inside a `tf.function`, TensorFlow does not order stateful ops that share no resource, so these
+wrappers chain every collective of a graph to the previous one with a control dependency: every
+rank then submits its collectives in program order, which is what keeps ranks in step.
+"""
+
+import tensorflow as tf
+
+from tfring import runtime as _runtime
+from tfring.ops import _library
+
+REDUCE_OPS = ("sum", "mean", "min", "max", "product")
+_REDUCE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
+_COPY_DTYPES = _REDUCE_DTYPES + (tf.uint8, tf.bool)
+
+
+def _ops():
+    _runtime.init()
+    return _library.load()[0]
+
+
+def _check_dtypes(what, tensors, allowed):
+    for i, t in enumerate(tensors):
+        if t.dtype not in allowed:
+            names = ", ".join(d.name for d in allowed)
+            raise TypeError(f"tfring.{what}: tensor {i} has dtype {t.dtype.name}, which is not supported "
+                            f"(supported: {names})")
+
+
+def _as_list(tensors):
+    single = not isinstance(tensors, (list, tuple))
+    items = [tensors] if single else list(tensors)
+    return single, [tf.convert_to_tensor(t) for t in items]
+
+
+def _chained(make):
+    """Runs make() after the previous collective of the current graph (graph mode only)."""
+    if tf.executing_eagerly():
+        return make()
+    graph = tf.compat.v1.get_default_graph()
+    previous = getattr(graph, "_tfring_last_collective", None)
+    if previous is not None:
+        with tf.control_dependencies([previous]):
+            result = make()
+    else:
+        result = make()
+    ops = result if isinstance(result, (list, tuple)) else [result]
+    graph._tfring_last_collective = ops[0].op if ops and hasattr(ops[0], "op") else result
+    return result
+
+
+def allreduce(tensors, op="sum", name=None):
+    """Reduces tensors elementwise across all ranks.
+
+    Args:
+        tensors: a tensor or a list of tensors (reduced together as one fused collective).
+        op: "sum", "mean", "min", "max" or "product". "mean" divides the sum by the number of
+            ranks (a truncating division for integers).
+        name: optional op name.
+
+    Returns:
+        The reduced tensor, or a list of them, with the input shapes; identical on every rank.
+
+    Raises:
+        ValueError: `op` is not one of the reduce ops.
+        TypeError: a dtype is not float16/bfloat16/float32/float64/int32/int64.
+        tf.errors.InvalidArgumentError (at run time): ranks passed different shapes or counts.
+        tf.errors.UnavailableError (at run time): a rank died or stalled past the timeout.
+
+    Example:
+
+    >>> tfring.ops.allreduce(tf.constant([1.0, 2.0]), op="mean")
+    <tf.Tensor: shape=(2,), dtype=float32, numpy=array([1., 2.], dtype=float32)>
+    """
+    if op not in REDUCE_OPS:
+        raise ValueError(f"tfring.allreduce: op must be one of {REDUCE_OPS}, got {op!r}")
+    single, items = _as_list(tensors)
+    if not items:
+        return []
+    _check_dtypes("allreduce", items, _REDUCE_DTYPES)
+    if len({t.dtype for t in items}) > 1:
+        # One op node takes one dtype: reduce each dtype group, then restore the order.
+        out = [None] * len(items)
+        for dtype in {t.dtype for t in items}:
+            idx = [i for i, t in enumerate(items) if t.dtype == dtype]
+            for i, r in zip(idx, allreduce([items[i] for i in idx], op=op, name=name)):
+                out[i] = r
+        return out
+    lib = _ops()
+    result = _chained(lambda: lib.tfring_allreduce(items, reduce_op=op, name=name))
+    return result[0] if single else list(result)
+
+
+def broadcast(tensors, root_rank=0, name=None):
+    """Copies tensors from `root_rank` to every rank.
+
+    Args:
+        tensors: a tensor or a list of tensors.
+        root_rank: the rank whose values everyone receives.
+        name: optional op name.
+
+    Returns:
+        The root's tensor (or list of tensors) on every rank.
+
+    Example:
+
+    >>> tfring.ops.broadcast(tf.constant(3), root_rank=0)
+    <tf.Tensor: shape=(), dtype=int32, numpy=3>
+    """
+    if not isinstance(root_rank, int) or root_rank < 0:
+        raise ValueError(f"tfring.broadcast: root_rank must be a rank >= 0, got {root_rank!r}")
+    single, items = _as_list(tensors)
+    if not items:
+        return []
+    _check_dtypes("broadcast", items, _COPY_DTYPES)
+    if len({t.dtype for t in items}) > 1:
+        return [broadcast(t, root_rank, name) for t in items]
+    lib = _ops()
+    result = _chained(lambda: lib.tfring_broadcast(items, root_rank=root_rank, name=name))
+    return result[0] if single else list(result)
+
+
+def allgather(tensor, name=None):
+    """Concatenates every rank's tensor along the first dimension, in rank order.
+
+    The first dimension may differ between ranks; the other dimensions must match.
+
+    Args:
+        tensor: a tensor of rank >= 1.
+        name: optional op name.
+
+    Returns:
+        A tensor whose first dimension is the sum over ranks.
+
+    Example:
+
+    >>> tfring.ops.allgather(tf.constant([[1, 2]]))
+    <tf.Tensor: shape=(1, 2), dtype=int32, numpy=array([[1, 2]], dtype=int32)>
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    _check_dtypes("allgather", [tensor], _COPY_DTYPES)
+    if tensor.shape.rank == 0:
+        raise ValueError("tfring.allgather needs a tensor of rank >= 1 (it concatenates along the first "
+                         "dimension), got a scalar")
+    lib = _ops()
+    return _chained(lambda: lib.tfring_allgather(tensor, name=name))
+
+
+def barrier(name=None):
+    """Returns once every rank has called it (in graph mode: an op to depend on).
+
+    Example:
+
+    >>> tfring.ops.barrier()
+    """
+    lib = _ops()
+    return _chained(lambda: lib.tfring_barrier(name=name))
+
+
+def broadcast_variables(variables, root_rank=0):
+    """Assigns the root's values to `variables` on every rank (one fused collective per dtype).
+
+    Args:
+        variables: a list of `tf.Variable`s (or Keras variables).
+        root_rank: the rank whose values win.
+
+    Example:
+
+    >>> v = tf.Variable([1.0])
+    >>> tfring.ops.broadcast_variables([v])
+    """
+    variables = list(variables)
+    if not variables:
+        return
+    values = broadcast([tf.convert_to_tensor(v) for v in variables], root_rank=root_rank)
+    for v, value in zip(variables, values):
+        v.assign(value)
+
+
+@tf.RegisterGradient("TfringAllreduce")
+def _allreduce_grad(op, *grads):
+    reduce_op = op.get_attr("reduce_op")
+    reduce_op = reduce_op.decode() if isinstance(reduce_op, bytes) else reduce_op
+    if reduce_op not in ("sum", "mean"):
+        return [None] * len(grads)
+    grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
+    return allreduce(grads, op=reduce_op)
+
+
+@tf.RegisterGradient("TfringBroadcast")
+def _broadcast_grad(op, *grads):
+    root = op.get_attr("root_rank")
+    grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
+    if not grads[0].dtype.is_floating:
+        return [None] * len(grads)
+    summed = allreduce(grads, op="sum")
+    if _runtime.rank() == root:
+        return summed
+    return [tf.zeros_like(g) for g in summed]
+
+
+@tf.RegisterGradient("TfringAllgather")
+def _allgather_grad(op, grad):
+    x = op.inputs[0]
+    if not grad.dtype.is_floating:
+        return [None]
+    grad = allreduce(grad, op="sum")
+    rows = allgather(tf.shape(x, out_type=tf.int64)[:1])
+    offset = tf.reduce_sum(rows[: _runtime.rank()])
+    begin = tf.concat([[offset], tf.zeros([tf.rank(x) - 1], tf.int64)], 0)
+    return tf.slice(grad, begin, tf.shape(x, out_type=tf.int64))

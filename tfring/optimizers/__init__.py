@@ -1,0 +1,1 @@
+"""tfring.optimizers (see the issues that build it)."""

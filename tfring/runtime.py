@@ -1,0 +1,124 @@
+"""The process's tfring runtime: `init()`, `shutdown()` and who-am-I queries.
+
+There is exactly one runtime per process, held by the op library; these functions create,
+query and destroy it.
+"""
+
+import atexit
+import ctypes
+
+from tfring import cluster as _cluster
+from tfring.config import Config
+from tfring.ops import _library
+
+_ERRORS = {1: ValueError, 2: ConnectionError, 3: TimeoutError, 4: RuntimeError, 5: RuntimeError}
+_atexit_registered = []
+
+
+def _c():
+    return _library.load()[1]
+
+
+def init(config=None, **options):
+    """Starts tfring in this process: finds the job, meets the other ranks, starts the engine.
+
+    Idempotent: later calls return at once. Under `tfring run`, `mpirun` or `srun` the job is
+    discovered from the launcher's environment; without a launcher the job has one rank and
+    every collective is an identity.
+
+    Args:
+        config: a `tfring.config.Config`; when None one is built from `options` and the
+            environment (see the README's table).
+        **options: fields of `Config`, e.g. `timeout=30`, `transport="tcp"`.
+
+    Raises:
+        TimeoutError: the other ranks did not show up within `rendezvous_timeout`.
+        ValueError: bad options or launcher variables.
+
+    Example:
+
+    >>> import tfring
+    >>> tfring.init()
+    >>> tfring.rank(), tfring.size()
+    (0, 1)
+    """
+    c = _c()
+    if c.tfring_initialized():
+        return
+    config = config or Config.resolve(**options)
+    info = _cluster.discover()
+    lines = {
+        "rank": info.rank, "size": info.size, "local_rank": info.local_rank, "local_size": info.local_size,
+        "store_host": info.store_host, "store_port": info.store_port, "secret": info.secret,
+        "job_id": info.job_id, "advertise_host": config.advertise_host,
+        "rendezvous_timeout": config.rendezvous_timeout, "timeout": config.timeout,
+        "transport": config.transport, "single_copy": int(config.single_copy),
+        "fusion_threshold_bytes": config.fusion_threshold_bytes,
+    }
+    text = "".join(f"{k}={v}\n" for k, v in lines.items())
+    err = ctypes.create_string_buffer(4096)
+    rc = c.tfring_init(text.encode(), err, len(err))
+    if rc != 0:
+        raise _ERRORS.get(rc, RuntimeError)(f"tfring.init() failed on rank {info.rank}: {err.value.decode()}")
+    if not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered.append(True)
+
+
+def shutdown():
+    """Stops the engine and closes every connection. Safe to call more than once.
+
+    Example:
+
+    >>> tfring.shutdown()
+    """
+    c = _c()
+    c.tfring_shutdown()
+
+
+def is_initialized():
+    """Returns True between `init()` and `shutdown()`."""
+    return bool(_c().tfring_initialized())
+
+
+def _topology():
+    c = _c()
+    if not c.tfring_initialized():
+        init()
+    vals = [ctypes.c_int() for _ in range(4)]
+    c.tfring_topology(*[ctypes.byref(v) for v in vals])
+    return [v.value for v in vals]
+
+
+def rank():
+    """Returns this process's rank in the job (0 … size()-1); calls `init()` if needed.
+
+    Example:
+
+    >>> tfring.rank()
+    0
+    """
+    return _topology()[0]
+
+
+def size():
+    """Returns the number of processes (replicas) in the job; calls `init()` if needed."""
+    return _topology()[1]
+
+
+def local_rank():
+    """Returns this process's rank among the processes on its host."""
+    return _topology()[2]
+
+
+def local_size():
+    """Returns how many processes of the job run on this host."""
+    return _topology()[3]
+
+
+def transport_name():
+    """Returns the transport in use: "shm (single-copy)", "shm", "tcp" or "none (1 rank)"."""
+    _topology()
+    buf = ctypes.create_string_buffer(64)
+    _c().tfring_transport_name(buf, len(buf))
+    return buf.value.decode()

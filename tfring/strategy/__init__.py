@@ -1,0 +1,1 @@
+"""tfring.strategy (see the issues that build it)."""

@@ -1,0 +1,56 @@
+"""Helpers for tfring's own tests: run a script as a multi-process job under `tfring run`."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+# Multi-process tests oversubscribe small machines: one intra-op thread per rank, few inter-op.
+QUIET_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "TF_NUM_INTRAOP_THREADS": "1",
+    "TF_NUM_INTEROP_THREADS": "2",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def run_job(num_processes, script, env=None, timeout=300, all_output=True, launcher_args=()):
+    """Runs `script` (Python source) as `num_processes` ranks and returns the finished process.
+
+    Args:
+        num_processes: the job size.
+        script: Python source; dedented before it is written to a temporary file.
+        env: extra environment variables for every rank.
+        timeout: seconds before the whole job is killed (the test then fails).
+        all_output: pass `--all-output` so every rank's stdout is captured.
+        launcher_args: more `tfring run` options.
+
+    Returns:
+        `subprocess.CompletedProcess` with `stdout` / `stderr` as text.
+
+    Example:
+
+    >>> run_job(2, "import tfring; print(tfring.size())").stdout
+    '[0] 2\\n[1] 2\\n'
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(textwrap.dedent(script))
+        path = f.name
+    full_env = dict(os.environ)
+    full_env.update(QUIET_ENV)
+    full_env.update(env or {})
+    cmd = [sys.executable, "-m", "tfring.run", "-np", str(num_processes)]
+    cmd += ["--all-output"] if all_output else []
+    cmd += list(launcher_args) + [sys.executable, path]
+    try:
+        return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.unlink(path)
+
+
+def rank_lines(output, rank):
+    """The lines of `output` printed by `rank`, without the `[rank] ` prefix."""
+    prefix = f"[{rank}] "
+    return [line[len(prefix):] for line in output.splitlines() if line.startswith(prefix)]
