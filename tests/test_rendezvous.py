@@ -1,0 +1,44 @@
+"""Joining a job: a rank that never starts, and a process without the job secret."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+INIT = "import tfring\ntry:\n    tfring.init()\n    print('JOINED', tfring.size())\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, size, port, secret, timeout="3"):
+    env = dict(os.environ, TFRING_RANK=str(rank), TFRING_SIZE=str(size), TFRING_STORE_ADDR=f"127.0.0.1:{port}",
+               TFRING_SECRET=secret, TFRING_JOB_ID=f"rv{port}", TFRING_RENDEZVOUS_TIMEOUT=timeout,
+               TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen([sys.executable, "-c", INIT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def test_rank_that_never_starts_fails_rendezvous_after_its_timeout():
+    start = time.monotonic()
+    p = _rank(0, 2, _free_port(), "s")
+    out, err = p.communicate(timeout=120)
+    took = time.monotonic() - start
+    assert "TimeoutError" in out and "rank 1" in out, (out, err)
+    assert took < 60
+
+
+def test_process_without_the_secret_is_refused_and_logged():
+    port = _free_port()
+    good = _rank(0, 2, port, "right", timeout="6")
+    time.sleep(1.0)
+    bad = _rank(1, 2, port, "wrong", timeout="6")
+    bad_out, _ = bad.communicate(timeout=120)
+    good_out, good_err = good.communicate(timeout=120)
+    assert "JOINED" not in bad_out and "store" in bad_out, bad_out
+    assert "JOINED" not in good_out
+    assert "refused a connection: bad or missing job secret" in good_err

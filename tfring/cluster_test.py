@@ -1,0 +1,58 @@
+import pytest
+
+from tfring import cluster
+
+
+def test_no_launcher_is_one_rank():
+    info = cluster.discover({})
+    assert (info.rank, info.size, info.launcher) == (0, 1, "none")
+
+
+def test_tfring_run_variables():
+    env = {"TFRING_RANK": "1", "TFRING_SIZE": "2", "TFRING_LOCAL_RANK": "1", "TFRING_LOCAL_SIZE": "2",
+           "TFRING_STORE_ADDR": "10.0.0.5:2345", "TFRING_SECRET": "s3", "TFRING_JOB_ID": "j1"}
+    info = cluster.discover(env)
+    assert (info.rank, info.size, info.local_rank, info.local_size) == (1, 2, 1, 2)
+    assert (info.store_host, info.store_port, info.secret, info.job_id) == ("10.0.0.5", 2345, "s3", "j1")
+
+
+def test_openmpi_single_host_derives_the_same_store_on_every_rank():
+    base = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "4711"}
+    a = cluster.discover(dict(base, OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_LOCAL_RANK="0"))
+    b = cluster.discover(dict(base, OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_LOCAL_RANK="1"))
+    assert a.launcher == "openmpi" and (a.rank, b.rank) == (0, 1)
+    assert (a.store_host, a.store_port, a.secret, a.job_id) == (b.store_host, b.store_port, b.secret, b.job_id)
+    assert a.store_host == "127.0.0.1" and 20000 <= a.store_port < 40000
+
+
+def test_openmpi_multi_host_needs_store_address():
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    with pytest.raises(ValueError, match="TFRING_STORE_ADDR"):
+        cluster.discover(env)
+    info = cluster.discover(dict(env, TFRING_STORE_ADDR="node0:29500"))
+    assert (info.store_host, info.store_port) == ("node0", 29500)
+
+
+def test_pmi_variables():
+    info = cluster.discover({"PMI_RANK": "2", "PMI_SIZE": "3", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "3",
+                             "PMI_KVSNAME": "kvs_1"})
+    assert (info.launcher, info.rank, info.size, info.local_rank) == ("pmi", 2, 3, 2)
+
+
+def test_slurm_multi_node_uses_first_node():
+    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2",
+           "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2", "SLURM_JOB_ID": "99"}
+    info = cluster.discover(env)
+    assert (info.launcher, info.rank, info.local_rank, info.local_size, info.store_host) == ("slurm", 3, 1, 2, "gpu07")
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"TFRING_RANK": "x", "TFRING_SIZE": "2"}, "TFRING_RANK"),
+    ({"TFRING_RANK": "2", "TFRING_SIZE": "2", "TFRING_STORE_ADDR": "h:1"}, "outside"),
+    ({"TFRING_RANK": "0", "TFRING_SIZE": "2"}, "tfring run"),
+    ({"TFRING_RANK": "0", "TFRING_SIZE": "2", "TFRING_STORE_ADDR": "nohost"}, "HOST:PORT"),
+])
+def test_bad_launcher_variables(env, needle):
+    with pytest.raises(ValueError, match=needle):
+        cluster.discover(env)

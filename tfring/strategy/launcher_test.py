@@ -1,0 +1,105 @@
+"""`tfring run`: environment, output routing, exit codes, signal forwarding, and kill on failure."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tfring.strategy import launcher
+
+
+def _run(args, timeout=60, **kw):
+    return subprocess.run([sys.executable, "-m", "tfring.run"] + args, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def test_plan_slots_fills_hosts_in_order():
+    slots = launcher.plan_slots(5, [("a", 2), ("b", 4)])
+    assert [(s.host, s.rank, s.local_rank, s.local_size) for s in slots] == [
+        ("a", 0, 0, 2), ("a", 1, 1, 2), ("b", 2, 0, 3), ("b", 3, 1, 3), ("b", 4, 2, 3)]
+    with pytest.raises(ValueError, match="do not fit"):
+        launcher.plan_slots(3, [("a", 2)])
+    with pytest.raises(ValueError, match="at least 1"):
+        launcher.plan_slots(0)
+
+
+def test_each_rank_gets_its_environment_and_output_is_prefixed():
+    code = ("import os; print(' '.join(os.environ[k] for k in ('TFRING_RANK','TFRING_SIZE','TFRING_LOCAL_RANK',"
+            "'TFRING_LOCAL_SIZE'))); print(len(os.environ['TFRING_SECRET']), os.environ['TFRING_STORE_ADDR'])")
+    proc = _run(["-np", "3", "--all-output", sys.executable, "-c", code])
+    assert proc.returncode == 0, proc.stderr
+    for r in range(3):
+        assert f"[{r}] {r} 3 {r} 3" in proc.stdout
+    secrets = {line.split()[1] for line in proc.stdout.splitlines() if line.split()[1].isdigit() and len(line.split()) == 3}
+    assert secrets == {"64"}
+
+
+def test_default_shows_rank0_stdout_and_every_stderr():
+    code = "import os, sys; r = os.environ['TFRING_RANK']; print('out', r); print('err', r, file=sys.stderr)"
+    proc = _run(["-np", "2", sys.executable, "-c", code])
+    assert proc.returncode == 0
+    assert "[0] out 0" in proc.stdout and "[1] out 1" not in proc.stdout
+    assert "[0] err 0" in proc.stderr and "[1] err 1" in proc.stderr
+
+
+def test_failing_rank_stops_the_others_and_sets_the_exit_code():
+    code = ("import os, sys, time\n"
+            "if os.environ['TFRING_RANK'] == '1': sys.exit(3)\n"
+            "time.sleep(100)")
+    start = time.monotonic()
+    proc = _run(["-np", "3", sys.executable, "-c", code])
+    assert proc.returncode == 3
+    assert time.monotonic() - start < 10
+    assert "rank 1 exited with code 3" in proc.stderr
+
+
+def test_rank_ignoring_sigterm_is_killed_within_five_seconds():
+    code = ("import os, signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "if os.environ['TFRING_RANK'] == '0': time.sleep(0.5); sys.exit(7)\n"
+            "time.sleep(100)")
+    start = time.monotonic()
+    proc = _run(["-np", "2", sys.executable, "-c", code])
+    assert proc.returncode == 7
+    assert time.monotonic() - start < 0.5 + 5 + 3
+
+
+def test_signal_killed_rank_maps_to_128_plus_signal():
+    code = "import os, signal\nif os.environ['TFRING_RANK'] == '1': os.kill(os.getpid(), signal.SIGKILL)"
+    proc = _run(["-np", "2", sys.executable, "-c", code])
+    assert proc.returncode == 128 + 9
+
+
+def test_sigint_is_forwarded_to_every_rank():
+    code = ("import os, signal, sys, time\n"
+            "def h(*a): print('got SIGINT', flush=True); sys.exit(0)\n"
+            "signal.signal(signal.SIGINT, h)\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-m", "tfring.run", "-np", "2", "--all-output", sys.executable, "-c", code],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = 0
+    while seen < 2:
+        line = p.stdout.readline()
+        assert line, "launcher ended early"
+        seen += "ready" in line
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 0
+    assert out.count("got SIGINT") == 2
+
+
+def test_bad_arguments_are_refused():
+    assert _run(["-np", "0", sys.executable, "-c", "pass"]).returncode == 2
+    proc = _run(["-np", "2"])
+    assert proc.returncode == 2 and "no command" in proc.stderr
+    proc = _run(["-np", "1", "/nonexistent/program"])
+    assert proc.returncode != 0 and "cannot start" in proc.stderr
+
+
+def test_timeout_option_reaches_the_ranks():
+    proc = _run(["-np", "1", "--timeout", "7.5", sys.executable, "-c", "import os; print(os.environ['TFRING_TIMEOUT'])"])
+    assert proc.stdout.strip() == "[0] 7.5"
