@@ -14,7 +14,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread
 BUILD := .build
 
-.PHONY: env demo test test-core test-python core-tests clean
+.PHONY: env demo test test-core test-python core-tests bench bench-deps clean
 
 env: $(STAMP)
 
@@ -52,6 +52,14 @@ test-python: env
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test: test-core test-python
+
+# Benchmarks are not tests: they print measured tables (see README).
+bench-deps: env
+	apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev
+	$(PY) -m pip install -q mpi4py
+
+bench: env
+	$(PY) benchmarks/allreduce.py
 
 clean:
 	rm -rf $(BUILD) tfring/ops/lib

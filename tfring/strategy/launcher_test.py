@@ -33,8 +33,9 @@ def test_each_rank_gets_its_environment_and_output_is_prefixed():
     assert proc.returncode == 0, proc.stderr
     for r in range(3):
         assert f"[{r}] {r} 3 {r} 3" in proc.stdout
-    secrets = {line.split()[1] for line in proc.stdout.splitlines() if line.split()[1].isdigit() and len(line.split()) == 3}
-    assert secrets == {"64"}
+    # A 32-byte hex secret and one store address, the same for every rank.
+    secret_lines = {line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " 127.0.0.1:" in line}
+    assert len(secret_lines) == 1 and secret_lines.pop().startswith("64 127.0.0.1:")
 
 
 def test_default_shows_rank0_stdout_and_every_stderr():

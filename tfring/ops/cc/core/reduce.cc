@@ -1,8 +1,13 @@
 #include "reduce.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace tfring {
 
@@ -137,10 +142,47 @@ void loop16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
   }
 }
 
+#if defined(__SSE2__)
+// Large float32 sums write their output with streaming (non-temporal) stores: a plain store first
+// reads the destination line into the cache ("read for ownership"), which for buffers far larger
+// than the cache adds a third of the memory traffic to a reduction that is bandwidth-bound.
+constexpr size_t kStreamAbove = 256 << 10;
+
+bool streamSumFloat32(float* dst, const float* a, const float* b, size_t n) {
+  if (n * sizeof(float) < kStreamAbove) return false;
+  size_t i = 0;
+  while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0) {
+    dst[i] = a[i] + b[i];
+    ++i;
+  }
+  if ((reinterpret_cast<uintptr_t>(dst + i) & 3) != 0) return false;  // not even float-aligned
+  for (; i + 16 <= n; i += 16) {
+    __m128 x0 = _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
+    __m128 x1 = _mm_add_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4));
+    __m128 x2 = _mm_add_ps(_mm_loadu_ps(a + i + 8), _mm_loadu_ps(b + i + 8));
+    __m128 x3 = _mm_add_ps(_mm_loadu_ps(a + i + 12), _mm_loadu_ps(b + i + 12));
+    _mm_stream_ps(dst + i, x0);
+    _mm_stream_ps(dst + i + 4, x1);
+    _mm_stream_ps(dst + i + 8, x2);
+    _mm_stream_ps(dst + i + 12, x3);
+  }
+  for (; i < n; ++i) dst[i] = a[i] + b[i];
+  _mm_sfence();  // streaming stores are weakly ordered: publish them before anyone is told
+  return true;
+}
+#else
+bool streamSumFloat32(float*, const float*, const float*, size_t) { return false; }
+#endif
+
 template <typename Op>
 void dispatch(void* dst, const void* a, const void* b, size_t n, DataType type) {
   switch (type) {
     case DataType::kFloat32:
+      if (std::is_same<Op, Sum>::value &&
+          streamSumFloat32(static_cast<float*>(dst), static_cast<const float*>(a),
+                           static_cast<const float*>(b), n)) {
+        return;
+      }
       return loop<float, Op>(static_cast<float*>(dst), static_cast<const float*>(a),
                              static_cast<const float*>(b), n);
     case DataType::kFloat64:

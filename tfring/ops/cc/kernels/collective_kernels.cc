@@ -17,6 +17,8 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
+constexpr size_t kForwardAbove = 64 << 10;
+
 absl::Status toTf(const Status& s) {
   switch (s.code) {
     case Code::kInvalidArgument: return tensorflow::errors::InvalidArgument(s.message);
@@ -106,7 +108,13 @@ class ListCollectiveOp : public AsyncOpKernel {
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       const Tensor& in = ctx->input(i);
       Tensor* out = nullptr;
-      OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out), done);
+      // Reusing a big input's buffer saves memory; for small tensors asking TF whether it may be
+      // reused costs more than a fresh allocation.
+      if (in.TotalBytes() >= kForwardAbove) {
+        OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out), done);
+      } else {
+        OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, in.shape(), &out), done);
+      }
       req.tensors.push_back({in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
                              static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
     }

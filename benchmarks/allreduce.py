@@ -1,0 +1,293 @@
+"""Allreduce benchmark: tfring (shm, tcp) beside MultiWorkerMirroredStrategy and OpenMPI, in one run.
+
+    python benchmarks/allreduce.py [--repeats 15] [--rounds 2] [--json results.json]
+
+Two workloads, two ranks on this machine: ResNet-50's gradient list (the trainable tensors of
+`keras.applications.ResNet50(weights=None)`, about 102 MB in 214 tensors) and 1000 tensors of
+256 floats. Each peer runs as its own 2-process job; the rounds interleave the peers so machine
+noise hits them alike. Printed: median milliseconds per allreduce and the ratio to tfring (shm).
+OpenMPI's column appears when `mpirun` and mpi4py are installed (`make bench-deps`).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+WORKLOADS = ("resnet50", "small1000")
+
+
+def _shapes(workload):
+    if workload == "small1000":
+        return [(256,)] * 1000
+    cache = os.path.join(os.path.dirname(HERE), ".resnet50_shapes.json")
+    if os.path.exists(cache):
+        return [tuple(s) for s in json.load(open(cache))]
+    import keras
+
+    shapes = [tuple(w.shape) for w in keras.applications.ResNet50(weights=None).trainable_weights]
+    with open(cache, "w") as f:
+        json.dump(shapes, f)
+    return shapes
+
+
+def _tensors(workload, seed):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in _shapes(workload)]
+
+
+def _time(fn, barrier, repeats):
+    fn()  # warm-up (and tracing)
+    fn()
+    samples = []
+    for _ in range(repeats):
+        barrier()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+# ---- workers: each runs inside a 2-process job and prints one RESULT line on rank 0 ----
+
+def worker_tfring(args):
+    import tensorflow as tf
+
+    import tfring
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tfring.init()
+    results, core = {}, {}
+    for workload in WORKLOADS:
+        arrays = _tensors(workload, tfring.rank())
+        grads = [tf.constant(a) for a in arrays]
+        # The tensors are captured by the function, as in the MWMS worker: no per-call argument cost.
+        step = tf.function(lambda: tfring.ops.allreduce(grads, op="sum"))
+
+        def run():
+            out = step()
+            out[-1].numpy()  # wait for the result
+
+        results[workload] = _time(run, tfring.ops.barrier, args.repeats)
+        core[workload] = _time(_raw_allreduce(arrays), tfring.ops.barrier, args.repeats)
+    if tfring.rank() == 0:
+        name = tfring.transport_name()
+        print("RESULT " + json.dumps({"peer": f"tfring ({name})", "samples": results}), flush=True)
+        print("RESULT " + json.dumps({"peer": f"tfring core, no TF ({name})", "samples": core,
+                                      "note": "the same engine called through its C API on NumPy buffers"}), flush=True)
+
+
+def _raw_allreduce(arrays):
+    """The core alone: one collective over the NumPy buffers through the C API (no TensorFlow)."""
+    import ctypes
+
+    from tfring.ops import _library
+
+    lib = _library.load()[1]
+    n = len(arrays)
+    outs = [a.copy() for a in arrays]
+    ins = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays])
+    out_ptrs = (ctypes.c_void_p * n)(*[o.ctypes.data for o in outs])
+    counts = (ctypes.c_int64 * n)(*[a.size for a in arrays])
+    err = ctypes.create_string_buffer(1024)
+
+    def run():
+        # `arrays` and `outs` are referenced here so they outlive every call.
+        if lib.tfring_allreduce_raw(len(arrays), ins, out_ptrs, counts, 2, 0, err, len(err)) != 0 or not outs:
+            raise RuntimeError(err.value.decode())
+    return run
+
+
+def worker_mwms(args):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    rank = strategy.cluster_resolver.task_id
+    results = {}
+    for workload in WORKLOADS:
+        grads = [tf.constant(a) for a in _tensors(workload, rank)]
+
+        @tf.function
+        def step():
+            def replica_fn():
+                ctx = tf.distribute.get_replica_context()
+                return ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            return strategy.run(replica_fn)
+
+        barrier_value = tf.constant([1.0])
+
+        @tf.function
+        def barrier_fn():
+            return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", barrier_value))
+
+        def run():
+            out = step()
+            strategy.experimental_local_results(out)[0][-1].numpy()
+
+        results[workload] = _time(run, lambda: barrier_fn().numpy(), args.repeats)
+    if rank == 0:
+        print("RESULT " + json.dumps({"peer": "MultiWorkerMirroredStrategy (RING)", "samples": results}), flush=True)
+
+
+def worker_mpi(args):
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    results = {}
+    for workload in WORKLOADS:
+        grads = _tensors(workload, comm.rank)
+        outs = [np.empty_like(g) for g in grads]
+        flat = np.concatenate([g.ravel() for g in grads])
+        flat_out = np.empty_like(flat)
+
+        def per_tensor():
+            for g, o in zip(grads, outs):
+                comm.Allreduce(g, o, op=MPI.SUM)
+
+        def packed():
+            comm.Allreduce(flat, flat_out, op=MPI.SUM)
+
+        results[workload + " per-tensor"] = _time(per_tensor, comm.Barrier, args.repeats)
+        results[workload] = _time(packed, comm.Barrier, args.repeats)
+    if comm.rank == 0:
+        print("RESULT " + json.dumps({"peer": "OpenMPI MPI_Allreduce", "samples": results,
+                                      "note": "one call on the pre-packed buffer; per-tensor: one call per tensor"}),
+              flush=True)
+
+
+# ---- the orchestrator ----
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _quiet_env(**extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+               TF_NUM_INTRAOP_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def _parse(out):
+    results = []
+    for line in out.splitlines():
+        line = line.split("] ", 1)[-1] if line.startswith("[") else line
+        if line.startswith("RESULT "):
+            results.append(json.loads(line[len("RESULT "):]))
+    return results
+
+
+def _run_tfring(transport, repeats):
+    cmd = [sys.executable, "-m", "tfring.run", "-np", "2", sys.executable, HERE, "--worker", "tfring",
+           "--repeats", str(repeats)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=_quiet_env(TFRING_TRANSPORT=transport), timeout=900)
+
+
+def _run_mwms(repeats):
+    ports = [_free_port(), _free_port()]
+    procs = []
+    for i in range(2):
+        tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": i}}
+        procs.append(subprocess.Popen([sys.executable, HERE, "--worker", "mwms", "--repeats", str(repeats)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=_quiet_env(TF_CONFIG=json.dumps(tf_config))))
+    outs = [p.communicate(timeout=1800) for p in procs]
+    return subprocess.CompletedProcess(procs[0].args, procs[0].returncode, outs[0][0], outs[0][1] + outs[1][1])
+
+
+def _run_mpi(repeats):
+    cmd = ["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+           sys.executable, HERE, "--worker", "mpi", "--repeats", str(repeats)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=_quiet_env(), timeout=900)
+
+
+def _mpi_available():
+    if shutil.which("mpirun") is None:
+        return False
+    return subprocess.run([sys.executable, "-c", "import mpi4py.MPI"], capture_output=True).returncode == 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", choices=["tfring", "mwms", "mpi"])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", default="benchmarks/allreduce_results.json")
+    parser.add_argument("--skip-mwms", action="store_true", help="leave out MultiWorkerMirroredStrategy (slow)")
+    args = parser.parse_args()
+    if args.repeats < 10:
+        parser.error("--repeats must be at least 10 (medians of fewer are noise here)")
+    if args.worker:
+        {"tfring": worker_tfring, "mwms": worker_mwms, "mpi": worker_mpi}[args.worker](args)
+        return 0
+
+    import numpy as np
+
+    _shapes("resnet50")  # build the shape cache once, outside the timed jobs
+    runners = [("tfring shm", lambda: _run_tfring("shm", args.repeats)),
+               ("tfring tcp", lambda: _run_tfring("tcp", args.repeats))]
+    if not args.skip_mwms:
+        runners.append(("mwms", lambda: _run_mwms(args.repeats)))
+    if _mpi_available():
+        runners.append(("mpi", lambda: _run_mpi(args.repeats)))
+    else:
+        print("(OpenMPI column skipped: mpirun or mpi4py is not installed; see `make bench-deps`)")
+    samples, labels, notes, order = {}, {}, {}, []
+    for round_ in range(args.rounds):
+        for key, runner in runners:
+            proc = runner()
+            results = _parse(proc.stdout)
+            if not results:
+                print(f"{key} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+            for i, result in enumerate(results):
+                sub = key if i == 0 else f"{key} #{i}"
+                if sub not in order:
+                    order.append(sub)
+                labels[sub] = result["peer"]
+                notes[sub] = result.get("note", "")
+                for workload, s in result["samples"].items():
+                    samples.setdefault((sub, workload), []).extend(s)
+    rows = []
+    workloads = sorted({w for (_, w) in samples}, key=lambda w: (w.split()[0] != "resnet50", w))
+    for workload in workloads:
+        base = samples.get(("tfring shm", workload))
+        base_ms = 1e3 * float(np.median(base)) if base else None
+        for key in order:
+            s = samples.get((key, workload))
+            if not s:
+                continue
+            ms = 1e3 * float(np.median(s))
+            rows.append({"workload": workload, "peer": labels[key], "median_ms": ms, "samples": len(s),
+                         "vs_tfring_shm": ms / base_ms if base_ms else None})
+    nbytes = sum(int(np.prod(s)) * 4 for s in _shapes("resnet50"))
+    print(f"\nAllreduce, 2 ranks on {os.cpu_count()} cores; resnet50 = {len(_shapes('resnet50'))} tensors, "
+          f"{nbytes / 1e6:.1f} MB; small1000 = 1000 x 256 float32")
+    print(f"| {'workload':<20} | {'peer':<44} | {'median ms':>9} | {'x tfring shm':>12} | {'n':>3} |")
+    print(f"|{'-' * 22}|{'-' * 46}|{'-' * 10}:|{'-' * 13}:|{'-' * 4}:|")
+    for r in rows:
+        ratio = f"{r['vs_tfring_shm']:.2f}" if r["vs_tfring_shm"] else "-"
+        print(f"| {r['workload']:<20} | {r['peer']:<44} | {r['median_ms']:>9.2f} | {ratio:>12} | {r['samples']:>3} |")
+    for key, note in notes.items():
+        if note:
+            print(f"note: {labels[key]}: {note}")
+    with open(args.json, "w") as f:
+        json.dump({"rows": rows, "cores": os.cpu_count(), "resnet50_bytes": nbytes}, f, indent=1)
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

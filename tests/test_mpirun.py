@@ -1,0 +1,31 @@
+"""tfring under OpenMPI's mpirun: the job is discovered from OMPI_COMM_WORLD_* alone."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tfring.testing import QUIET_ENV
+
+pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None,
+                                reason="mpirun is not installed (apt-get install openmpi-bin; .ci/run does)")
+
+SCRIPT = """
+import tensorflow as tf, tfring
+tfring.init()
+out = tfring.ops.allreduce(tf.fill([5], float(tfring.rank() + 1)), op="sum")
+print("MPI", tfring.rank(), tfring.size(), tfring.local_size(), out.numpy().tolist())
+"""
+
+
+def test_mpirun_two_ranks():
+    cmd = ["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+           sys.executable, "-c", SCRIPT]
+    env = dict(os.environ, **QUIET_ENV)
+    env = {k: v for k, v in env.items() if not k.startswith("TFRING_")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("MPI"))
+    assert lines == ["MPI 0 2 2 [3.0, 3.0, 3.0, 3.0, 3.0]", "MPI 1 2 2 [3.0, 3.0, 3.0, 3.0, 3.0]"], proc.stdout
