@@ -19,13 +19,15 @@ from tfring.runtime import transport_name
 __version__ = "0.1.0"
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "transport_name", "ops"]
+           "transport_name", "ops", "RingStrategy"]
 
 
 def __getattr__(name):
-    # `tfring.ops` imports TensorFlow: load it only when asked for.
-    if name == "ops":
-        import importlib
+    # These import TensorFlow: load them only when asked for.
+    import importlib
 
+    if name == "ops":
         return importlib.import_module("tfring.ops")
+    if name == "RingStrategy":
+        return importlib.import_module("tfring.strategy.ring_strategy").RingStrategy
     raise AttributeError(f"module 'tfring' has no attribute {name!r}")

@@ -32,10 +32,12 @@ def _check_dtypes(what, tensors, allowed):
                             f"(supported: {names})")
 
 
-def _as_list(tensors):
+def _as_list(what, tensors, allowed):
+    """(was a single tensor given, the tensors as a checked list)."""
     single = not isinstance(tensors, (list, tuple))
-    items = [tensors] if single else list(tensors)
-    return single, [tf.convert_to_tensor(t) for t in items]
+    items = [tf.convert_to_tensor(t) for t in ([tensors] if single else tensors)]
+    _check_dtypes(what, items, allowed)
+    return single, items
 
 
 def _chained(make):
@@ -79,10 +81,9 @@ def allreduce(tensors, op="sum", name=None):
     """
     if op not in REDUCE_OPS:
         raise ValueError(f"tfring.allreduce: op must be one of {REDUCE_OPS}, got {op!r}")
-    single, items = _as_list(tensors)
+    single, items = _as_list("allreduce", tensors, _REDUCE_DTYPES)
     if not items:
         return []
-    _check_dtypes("allreduce", items, _REDUCE_DTYPES)
     if len({t.dtype for t in items}) > 1:
         # One op node takes one dtype: reduce each dtype group, then restore the order.
         out = [None] * len(items)
@@ -114,10 +115,9 @@ def broadcast(tensors, root_rank=0, name=None):
     """
     if not isinstance(root_rank, int) or root_rank < 0:
         raise ValueError(f"tfring.broadcast: root_rank must be a rank >= 0, got {root_rank!r}")
-    single, items = _as_list(tensors)
+    single, items = _as_list("broadcast", tensors, _COPY_DTYPES)
     if not items:
         return []
-    _check_dtypes("broadcast", items, _COPY_DTYPES)
     if len({t.dtype for t in items}) > 1:
         return [broadcast(t, root_rank, name) for t in items]
     lib = _ops()

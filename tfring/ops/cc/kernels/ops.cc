@@ -7,6 +7,14 @@
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
+namespace {
+// Output i has the shape of input i.
+absl::Status sameShapes(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+  return absl::OkStatus();
+}
+}  // namespace
+
 REGISTER_OP("TfringAllreduce")
     .Input("tensors: N * T")
     .Output("reduced: N * T")
@@ -14,10 +22,7 @@ REGISTER_OP("TfringAllreduce")
     .Attr("N: int >= 1")
     .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(sameShapes)
     .Doc(R"doc(
 Reduces every tensor of the list across all ranks of the tfring job, as one collective.
 Each output has the shape of its input and holds the elementwise reduction over ranks.
@@ -30,10 +35,7 @@ REGISTER_OP("TfringBroadcast")
     .Attr("N: int >= 1")
     .Attr("root_rank: int >= 0 = 0")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(sameShapes)
     .Doc(R"doc(
 Copies every tensor of the list from `root_rank` to all ranks.
 )doc");

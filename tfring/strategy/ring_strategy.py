@@ -1,0 +1,254 @@
+"""`RingStrategy`: a `tf.distribute.Strategy` with one replica per process, over tfring's ring.
+
+Keras 3's TensorFlow trainer drives a strategy through a handful of calls; this strategy answers
+each of them across processes:
+
+- `num_replicas_in_sync` is the job size, so Keras scales each rank's loss by 1/size and the summed
+  gradients are the mean over the global batch;
+- the gradient `all_reduce` Keras requests (`ReplicaContext.all_reduce` -> `batch_reduce_to`)
+  runs as one fused tfring allreduce;
+- every variable created in `scope()` takes rank 0's initial value (a broadcast at creation);
+  metric state variables (`synchronization=ON_READ`) are sync-on-read, so reading a metric's result
+  outside the step reduces it across ranks;
+- `run()` gathers each step output from every rank, so Keras' per-replica reduction gives global
+  loss and metric logs and, for `predict`, the global predictions in order;
+- `experimental_distribute_dataset` gives each rank its contiguous slice of every global batch.
+"""
+
+import tensorflow as tf
+from tensorflow.python.distribute import distribute_lib
+from tensorflow.python.distribute import distribute_utils
+from tensorflow.python.distribute import one_device_strategy
+from tensorflow.python.distribute import values as values_lib
+from tensorflow.python.ops import variables as variables_lib
+
+import tfring
+from tfring.ops import collectives
+
+
+def _unwrap_initial_value(initial_value):
+    # Checkpoint restore hands a CheckpointInitialValue; its wrapped tensor is what we broadcast.
+    wrapped = getattr(initial_value, "wrapped_value", None)
+    return wrapped if wrapped is not None else initial_value
+
+
+class _RingReplicaContext(distribute_lib.ReplicaContext):
+    """The replica context inside `run()`: this process is replica `rank` of `size`."""
+
+    def __init__(self, strategy, rank):
+        distribute_lib.ReplicaContext.__init__(self, strategy, replica_id_in_sync_group=rank)
+
+    @property
+    def devices(self):
+        return self._strategy.extended.worker_devices
+
+
+class RingExtended(one_device_strategy.OneDeviceExtended):
+    """The strategy's implementation; see the module docstring for what each override is for."""
+
+    def __init__(self, container_strategy, device, rank, size, compression):
+        super().__init__(container_strategy, device)
+        self._rank = rank
+        self._size = size
+        self._compression = compression
+
+    # ---- replicas ----
+    @property
+    def _num_replicas_in_sync(self):
+        return self._size
+
+    def _get_local_replica_id(self, replica_id_in_sync_group):
+        return 0
+
+    def _in_multi_worker_mode(self):
+        return self._size > 1
+
+    # ---- variables ----
+    def _create_variable(self, next_creator, **kwargs):
+        synchronization = kwargs.get("synchronization", tf.VariableSynchronization.AUTO)
+        if synchronization == tf.VariableSynchronization.ON_READ:
+            # One component, read through _reduce_to: a metric's result() outside the step is global.
+            def one_component(**kw):
+                with tf.device(self._device):
+                    return [next_creator(**kw)]
+
+            return distribute_utils.create_mirrored_variable(
+                self._container_strategy(), one_component, distribute_utils.VARIABLE_CLASS_MAPPING,
+                distribute_utils.VARIABLE_POLICY_MAPPING, **kwargs)
+        if self._size > 1:
+            initial_value = _unwrap_initial_value(kwargs["initial_value"])
+
+            def from_rank0():
+                value = initial_value() if callable(initial_value) else initial_value
+                value = tf.convert_to_tensor(value, dtype=kwargs.get("dtype"))
+                return collectives.broadcast(value, root_rank=0)
+
+            kwargs["initial_value"] = from_rank0
+        return super()._create_variable(next_creator, **kwargs)
+
+    # ---- running a step ----
+    def _call_for_each_replica(self, fn, args, kwargs):
+        strategy = self._container_strategy()
+        # The distributed iterator wraps this process's batch in one-component PerReplica values.
+        args = distribute_utils.select_replica(0, args)
+        kwargs = distribute_utils.select_replica(0, kwargs)
+        with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
+            outputs = fn(*args, **kwargs)
+        if self._size == 1:
+            return outputs
+        return tf.nest.map_structure(self._gather_output, outputs)
+
+    def _gather_output(self, value):
+        """An output of this rank -> a PerReplica of every rank's value, in rank order."""
+        if not isinstance(value, (tf.Tensor, tf.Variable)) and not hasattr(value, "dtype"):
+            return value
+        value = tf.convert_to_tensor(value)
+        if value.dtype == tf.string or value.dtype.is_complex:
+            return value
+        scalar = value.shape.rank == 0
+        rows = tf.reshape(value, [1]) if scalar else value
+        gathered = collectives.allgather(rows)
+        if scalar:
+            parts = tf.unstack(gathered, num=self._size)
+        else:
+            sizes = collectives.allgather(tf.shape(rows, out_type=tf.int64)[:1])
+            parts = tf.split(gathered, sizes, num=self._size)
+        return values_lib.PerReplica(parts)
+
+    # ---- reductions ----
+    def _reduce_values(self, reduce_op, tensors):
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        if self._size == 1 or not tensors:
+            return tensors
+        op = "mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum"
+        wire = self._compression
+        if wire is not None:
+            casts = [t.dtype.is_floating and t.dtype != wire for t in tensors]
+            sent = [tf.cast(t, wire) if c else t for t, c in zip(tensors, casts)]
+            reduced = collectives.allreduce(sent, op=op)
+            return [tf.cast(r, t.dtype) if c else r for r, t, c in zip(reduced, tensors, casts)]
+        return collectives.allreduce(tensors, op=op)
+
+    def _local_value(self, value):
+        if isinstance(value, tf.IndexedSlices):
+            return tf.convert_to_tensor(value)  # sparse gradients are densified
+        if isinstance(value, values_lib.SyncOnReadVariable):
+            return value._get_on_device_or_primary().read_value()
+        if isinstance(value, values_lib.DistributedValues):
+            return value._values[0] if len(value._values) == 1 else value
+        return value
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        def one(v):
+            local = self._local_value(v)
+            if isinstance(local, values_lib.PerReplica):
+                # Already holds every rank's value (see _gather_output): reduce locally.
+                stacked = tf.stack(local.values)
+                if reduce_op == tf.distribute.ReduceOp.MEAN:
+                    return tf.reduce_mean(stacked, axis=0)
+                return tf.reduce_sum(stacked, axis=0)
+            return self._reduce_values(reduce_op, [local])[0]
+
+        return tf.nest.map_structure(one, value)
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        values = [self._local_value(v) for v, _ in value_destination_pairs]
+        return self._reduce_values(reduce_op, values)
+
+    def _local_results(self, value):
+        if isinstance(value, values_lib.DistributedValues):
+            return value._values
+        return (value,)
+
+    # ---- input ----
+    def _experimental_distribute_dataset(self, dataset, options):
+        if self._size > 1:
+            dataset = _slice_global_batches(dataset, self._rank, self._size)
+        return super()._experimental_distribute_dataset(dataset, options)
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        context = distribute_lib.InputContext(num_input_pipelines=self._size, input_pipeline_id=self._rank,
+                                              num_replicas_in_sync=self._size)
+        dataset = dataset_fn(context)
+        return super()._experimental_distribute_dataset(dataset, options)
+
+    @property
+    def should_checkpoint(self):
+        return self._rank == 0
+
+    @property
+    def should_save_summary(self):
+        return self._rank == 0
+
+
+def _slice_global_batches(dataset, rank, size):
+    """Each element is a global batch of B rows; keep rows [rank*B/size, (rank+1)*B/size)."""
+
+    def first_dim(structure):
+        for t in tf.nest.flatten(structure):
+            if isinstance(t, tf.Tensor) or hasattr(t, "shape"):
+                return tf.shape(t)[0]
+        raise ValueError("RingStrategy: dataset elements hold no tensor to split into per-rank batches")
+
+    def take_slice(*element):
+        element = element[0] if len(element) == 1 else element
+        batch = first_dim(element)
+        check = tf.debugging.assert_equal(
+            batch % size, 0,
+            message=f"RingStrategy: a global batch must divide evenly among the {size} ranks "
+                    f"(batch the dataset with a multiple of {size}, and use drop_remainder=True "
+                    f"when the data does not divide into whole batches)")
+        with tf.control_dependencies([check]):
+            per_rank = batch // size
+        start = per_rank * rank
+
+        def cut(t):
+            return t[start:start + per_rank] if isinstance(t, tf.Tensor) and t.shape.rank else t
+
+        return tf.nest.map_structure(cut, element)
+
+    spec = dataset.element_spec
+    for s in tf.nest.flatten(spec):
+        if isinstance(s, tf.TensorSpec) and s.shape.rank == 0:
+            raise ValueError("RingStrategy: the dataset must be batched (call .batch(global_batch_size)); "
+                             f"it yields unbatched elements {spec}")
+        if isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[0] is not None and s.shape[0] % size:
+            raise ValueError(f"RingStrategy: the global batch size {s.shape[0]} does not divide among "
+                             f"{size} ranks; use a multiple of {size}")
+    return dataset.map(take_slice, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+class RingStrategy(tf.distribute.OneDeviceStrategy):
+    """Synchronous data parallelism with one replica per process, over tfring's ring allreduce.
+
+    Build and compile the model inside `strategy.scope()`, then call `model.fit` as usual on every
+    rank with the same code. A dataset batched with B yields per step one global batch of B rows:
+    each rank trains on its B / size rows, gradients are averaged over the global batch, and the
+    printed loss and metrics are global.
+
+    Args:
+        fusion_threshold_bytes: most bytes per fused allreduce pass (see `tfring.init`).
+        compression: None, "fp16" or "bf16": gradients travel in that type and are cast back.
+        timeout: seconds a collective may stall before it fails with `UnavailableError`.
+
+    Example:
+
+    >>> strategy = tfring.RingStrategy()
+    >>> with strategy.scope():
+    ...     model = keras.Sequential([keras.layers.Dense(1)])
+    ...     model.compile(optimizer="sgd", loss="mse")
+    >>> model.fit(x, y, batch_size=64, epochs=1)
+    """
+
+    def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None):
+        wire = {None: None, "none": None, "fp16": tf.float16, "bf16": tf.bfloat16}
+        if compression not in wire:
+            raise ValueError(f"RingStrategy: compression must be None, 'fp16' or 'bf16', got {compression!r}")
+        try:
+            tfring.init(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout)
+        except Exception as e:
+            raise RuntimeError(f"RingStrategy could not start tfring: {e}") from e
+        self.rank = tfring.rank()
+        self.size = tfring.size()
+        extended = RingExtended(self, "/cpu:0", self.rank, self.size, wire[compression])
+        distribute_lib.Strategy.__init__(self, extended)
