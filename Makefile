@@ -28,6 +28,7 @@ $(STAMP): $(REQS) setup.py
 
 demo: env
 	TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/tfring run -np 2 $(PY) examples/allreduce_demo.py
+	TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/tfring run -np 2 $(PY) examples/digits.py
 
 # The framework-free core, plain and under AddressSanitizer (+UBSan) and ThreadSanitizer.
 $(BUILD)/core_tests: $(CORE_SRCS) $(CORE_HDRS)

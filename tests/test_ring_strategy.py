@@ -78,3 +78,152 @@ def test_two_ranks_equal_one_process(tmp_path, opt, source):
         pk = np.load(tmp_path / f"p{k}of2.npy")
         assert pk.shape == p1.shape
         np.testing.assert_allclose(pk, p1, atol=1e-5)
+
+
+CUSTOM = r'''
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+strategy = tfring.RingStrategy()
+rank, size = strategy.rank, strategy.size
+print("REPLICAS", strategy.num_replicas_in_sync)
+
+# Variables start identical on every rank even when each rank initialises them differently.
+keras.utils.set_random_seed(100 + rank)
+with strategy.scope():
+    v = tf.Variable(tf.random.normal([4]))
+    layer = keras.layers.Dense(3)
+    layer.build((None, 5))
+g = tfring.ops.allgather(tf.reshape(tf.concat([v, tf.reshape(layer.kernel, [-1])], 0), [1, -1]))
+print("SAME_INIT", bool(np.all(g.numpy() == g.numpy()[0])))
+
+# A custom loop: experimental_distribute_dataset + run + reduce.
+x = np.arange(32, dtype="float32").reshape(16, 2)
+ds = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(x).batch(8))
+total = 0.0
+for batch in ds:
+    local = strategy.run(lambda b: tf.reduce_sum(b), args=(batch,))
+    total += float(strategy.reduce("SUM", local, axis=None))
+print("CUSTOM_SUM", total, float(x.sum()))
+
+# distribute_datasets_from_function: the InputContext says who we are.
+seen = []
+def dataset_fn(ctx):
+    seen.append((ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.get_per_replica_batch_size(8)))
+    return tf.data.Dataset.from_tensor_slices(x).shard(ctx.num_input_pipelines, ctx.input_pipeline_id).batch(4)
+dist = strategy.distribute_datasets_from_function(dataset_fn)
+total = sum(float(strategy.reduce("SUM", strategy.run(tf.reduce_sum, args=(b,)), axis=None)) for b in dist)
+print("CONTEXT", seen[0], total)
+
+# A model with a custom train_step that asks the replica context for the gradient all-reduce.
+class Custom(keras.Model):
+    def train_step(self, data):
+        xb, yb = data
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self(xb) - yb)) / strategy.num_replicas_in_sync
+        grads = tape.gradient(loss, self.trainable_variables)
+        grads = tf.distribute.get_replica_context().all_reduce("sum", grads)
+        for gr, var in zip(grads, self.trainable_variables):
+            var.assign_sub(0.1 * gr)
+        return {"loss": loss * strategy.num_replicas_in_sync}
+
+keras.utils.set_random_seed(3)
+with strategy.scope():
+    inp = keras.Input((2,))
+    m = Custom(inp, keras.layers.Dense(1)(inp))
+    m.compile()
+m.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, shuffle=False)
+w = np.concatenate([t.numpy().ravel() for t in m.weights])
+gw = tfring.ops.allgather(tf.reshape(w, [1, -1])).numpy()
+print("CUSTOM_STEP_SAME", bool(np.all(gw == gw[0])), np.round(w, 5).tolist())
+'''
+
+
+def test_custom_loops_variables_and_train_step():
+    proc = run_job(2, CUSTOM)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        lines = [l.split("] ", 1)[1] for l in proc.stdout.splitlines() if l.startswith(f"[{r}] ")]
+        assert "REPLICAS 2" in lines
+        assert "SAME_INIT True" in lines
+        assert "CUSTOM_SUM 496.0 496.0" in lines
+        assert "CONTEXT (2, %d, 4) 496.0" % r in lines
+        assert any(l.startswith("CUSTOM_STEP_SAME True") for l in lines), lines
+
+
+BAD = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+case = os.environ["CASE"]
+strategy = tfring.RingStrategy(compression=os.environ.get("COMPRESSION") or None)
+keras.utils.set_random_seed(0)
+x = np.random.default_rng(0).standard_normal((96, 4)).astype("float32")
+y = x[:, :1] * 2
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=(case == "xla"))
+try:
+    if case == "odd_batch":
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(33), epochs=1, verbose=0)
+    elif case == "unbatched":
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)), epochs=1, verbose=0)
+    elif case == "xla":
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    elif case == "steps":
+        n = 64 if strategy.rank == 0 else 96      # rank 1 has one more global batch
+        model.fit(tf.data.Dataset.from_tensor_slices((x[:n], y[:n])).batch(32), epochs=1, verbose=0)
+    elif case == "compression":
+        print("INITIAL", float(model.evaluate(x, y, verbose=0)))
+        model.fit(x, y, batch_size=32, epochs=10, verbose=0, shuffle=False)
+        w = np.concatenate([t.numpy().ravel() for t in model.weights])
+        g = tfring.ops.allgather(tf.reshape(w, [1, -1])).numpy()
+        print("IDENTICAL", bool(np.all(g == g[0])), "LOSS", float(model.evaluate(x, y, verbose=0)))
+    print("NO ERROR")
+except Exception as e:
+    print("ERROR", type(e).__name__, str(e).replace("\n", " ")[:4000])
+'''
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("odd_batch", "divide evenly among the 2 ranks"),
+    ("unbatched", "must be batched"),
+    ("xla", "jit_compile=False"),
+])
+def test_bad_input_gives_clear_errors(case, needle):
+    proc = run_job(2, BAD, env={"CASE": case}, timeout=300)
+    out = proc.stdout
+    for r in range(2):
+        lines = [l for l in out.splitlines() if l.startswith(f"[{r}] ERROR")]
+        assert lines and needle in lines[0], (out, proc.stderr[-2000:])
+
+
+def test_ranks_with_different_numbers_of_steps_fail_within_the_timeout():
+    proc = run_job(2, BAD, env={"CASE": "steps", "TFRING_TIMEOUT": "10"}, timeout=300)
+    errors = [l for l in proc.stdout.splitlines() if " ERROR " in l]
+    assert errors, (proc.stdout, proc.stderr[-2000:])
+    assert any("different numbers of steps" in l for l in errors), errors
+
+
+def test_fp16_compression_trains_and_keeps_ranks_identical():
+    proc = run_job(2, BAD, env={"CASE": "compression", "COMPRESSION": "fp16"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [l for l in proc.stdout.splitlines() if "IDENTICAL" in l]
+    assert len(lines) == 2 and all("IDENTICAL True" in l for l in lines), proc.stdout
+    loss = float(lines[0].split("LOSS")[1])
+    initial = float([l for l in proc.stdout.splitlines() if "INITIAL" in l][0].split("INITIAL")[1])
+    assert loss < 0.1 * initial, (initial, loss)  # y = 2 * x0 is learnable
+
+
+def test_bad_compression_argument():
+    import tfring
+
+    with pytest.raises(ValueError, match="compression must be"):
+        tfring.RingStrategy(compression="int8")

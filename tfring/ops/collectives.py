@@ -10,6 +10,7 @@ rank then submits its collectives in program order, which is what keeps ranks in
 """
 
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
 from tfring import runtime as _runtime
 from tfring.ops import _library
@@ -45,6 +46,11 @@ def _chained(make):
     if tf.executing_eagerly():
         return make()
     graph = tf.compat.v1.get_default_graph()
+    if control_flow_util.GraphOrParentsInXlaContext(graph):
+        raise ValueError(
+            "tfring collectives cannot run inside XLA-compiled code (jit_compile=True): they have no XLA "
+            "kernel. Compile the Keras model with jit_compile=False (or leave it at 'auto', which is "
+            "False under a distribution strategy).")
     previous = getattr(graph, "_tfring_last_collective", None)
     if previous is not None:
         with tf.control_dependencies([previous]):

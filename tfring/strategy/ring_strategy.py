@@ -162,7 +162,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     # ---- input ----
     def _experimental_distribute_dataset(self, dataset, options):
-        if self._size > 1:
+        if self._size > 1 and not _shard_policy_off(dataset):
             dataset = _slice_global_batches(dataset, self._rank, self._size)
         return super()._experimental_distribute_dataset(dataset, options)
 
@@ -181,24 +181,34 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         return self._rank == 0
 
 
+_NOT_BATCHED = ("RingStrategy: the dataset must be batched with the global batch size (call "
+                ".batch(global_batch_size)); each rank then trains on its share of every batch")
+
+
 def _slice_global_batches(dataset, rank, size):
     """Each element is a global batch of B rows; keep rows [rank*B/size, (rank+1)*B/size)."""
-
-    def first_dim(structure):
-        for t in tf.nest.flatten(structure):
-            if isinstance(t, tf.Tensor) or hasattr(t, "shape"):
-                return tf.shape(t)[0]
-        raise ValueError("RingStrategy: dataset elements hold no tensor to split into per-rank batches")
+    specs = [s for s in tf.nest.flatten(dataset.element_spec) if isinstance(s, tf.TensorSpec)]
+    if not specs or any(s.shape.rank == 0 for s in specs):
+        raise ValueError(f"{_NOT_BATCHED}; its elements include scalars: {dataset.element_spec}")
+    known = {s.shape[0] for s in specs if s.shape.rank is not None and s.shape[0] is not None}
+    if len(known) > 1:
+        raise ValueError(f"{_NOT_BATCHED}; its components have different first dimensions {sorted(known)}, "
+                         f"so they are not batches of one size: {dataset.element_spec}")
+    if known and known.pop() % size:
+        raise ValueError(f"RingStrategy: the global batch size {specs[0].shape[0]} does not divide evenly among "
+                         f"the {size} ranks; use a multiple of {size}")
 
     def take_slice(*element):
         element = element[0] if len(element) == 1 else element
-        batch = first_dim(element)
-        check = tf.debugging.assert_equal(
+        tensors = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
+        batch = tf.shape(tensors[0])[0]
+        checks = [tf.debugging.assert_equal(tf.shape(t)[0], batch, message=_NOT_BATCHED) for t in tensors[1:]]
+        checks.append(tf.debugging.assert_equal(
             batch % size, 0,
-            message=f"RingStrategy: a global batch must divide evenly among the {size} ranks "
+            message=f"RingStrategy: a global batch does not divide evenly among the {size} ranks "
                     f"(batch the dataset with a multiple of {size}, and use drop_remainder=True "
-                    f"when the data does not divide into whole batches)")
-        with tf.control_dependencies([check]):
+                    f"when the data does not divide into whole batches)"))
+        with tf.control_dependencies(checks):
             per_rank = batch // size
         start = per_rank * rank
 
@@ -207,15 +217,12 @@ def _slice_global_batches(dataset, rank, size):
 
         return tf.nest.map_structure(cut, element)
 
-    spec = dataset.element_spec
-    for s in tf.nest.flatten(spec):
-        if isinstance(s, tf.TensorSpec) and s.shape.rank == 0:
-            raise ValueError("RingStrategy: the dataset must be batched (call .batch(global_batch_size)); "
-                             f"it yields unbatched elements {spec}")
-        if isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[0] is not None and s.shape[0] % size:
-            raise ValueError(f"RingStrategy: the global batch size {s.shape[0]} does not divide among "
-                             f"{size} ranks; use a multiple of {size}")
     return dataset.map(take_slice, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _shard_policy_off(dataset):
+    policy = dataset.options().experimental_distribute.auto_shard_policy
+    return policy == tf.data.experimental.AutoShardPolicy.OFF
 
 
 class RingStrategy(tf.distribute.OneDeviceStrategy):

@@ -75,7 +75,9 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
     std::string prefix = std::string("tfring.") + kindName(r.kind) + " '" + r.name +
                          "': ranks passed different inputs: ";
     if (first[0] != other[0]) {
-      return prefix + "rank 0 called " + first[0] + " but rank " + std::to_string(k) + " called " + other[0];
+      return prefix + "rank 0 called " + first[0] + " but rank " + std::to_string(k) + " called " + other[0] +
+             " (if this is not a bug in the program, the ranks are out of step: did they run different "
+             "numbers of steps, e.g. on datasets of different sizes?)";
     }
     for (size_t i = 1; i < first.size() && i < other.size(); ++i) {
       if (first[i] != other[i]) {

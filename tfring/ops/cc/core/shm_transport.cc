@@ -288,7 +288,7 @@ void ShmTransport::wait(uint32_t seen, Deadline deadline, int waitingOn) {
   }
   if (deadline.expired()) {
     throw PeerError(waitingOn, "timed out waiting for rank " + std::to_string(waitingOn) +
-                                   " (it stalled, or the ranks issue different collectives)");
+                                   " (it stalled, or the ranks are out of step: different numbers of steps or collectives, e.g. datasets of different sizes)");
   }
 }
 

@@ -61,7 +61,7 @@ void TcpTransport::sendRecv(const IoList& send, const RecvTarget& recv, Deadline
     if (rc == 0 && deadline.expired()) {
       int waitingOn = !in.done() ? left_ : right_;
       throw PeerError(waitingOn, "timed out waiting for rank " + std::to_string(waitingOn) +
-                                     " (it stalled, or the ranks issue different collectives)");
+                                     " (it stalled, or the ranks are out of step: different numbers of steps or collectives, e.g. datasets of different sizes)");
     }
   }
 }
