@@ -42,3 +42,11 @@ def test_process_without_the_secret_is_refused_and_logged():
     assert "JOINED" not in bad_out and "store" in bad_out, bad_out
     assert "JOINED" not in good_out
     assert "refused a connection: bad or missing job secret" in good_err
+
+
+def test_ring_strategy_says_why_it_cannot_start():
+    code = ("import tfring\ntry:\n    tfring.RingStrategy()\nexcept RuntimeError as e:\n    print('ERR', e)\n")
+    env = dict(os.environ, TFRING_RANK="0", TFRING_SIZE="2", TFRING_STORE_ADDR=f"127.0.0.1:{_free_port()}",
+               TFRING_SECRET="s", TFRING_JOB_ID="rs", TFRING_RENDEZVOUS_TIMEOUT="2", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "ERR RingStrategy could not start tfring" in proc.stdout and "rank 1" in proc.stdout, proc.stdout

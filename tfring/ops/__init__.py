@@ -1,9 +1,19 @@
-"""tfring's TensorFlow ops: fused ring allreduce, broadcast, allgather and barrier."""
+"""tfring's TensorFlow ops: fused ring allreduce, broadcast, allgather and barrier.
 
-from tfring.ops.collectives import allgather
-from tfring.ops.collectives import allreduce
-from tfring.ops.collectives import barrier
-from tfring.ops.collectives import broadcast
-from tfring.ops.collectives import broadcast_variables
+The names load on first use, so `import tfring` (and the `tfring run` launcher) does not import
+TensorFlow.
+"""
 
 __all__ = ["allreduce", "broadcast", "allgather", "barrier", "broadcast_variables"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from tfring.ops import collectives
+
+        return getattr(collectives, name)
+    raise AttributeError(f"module 'tfring.ops' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -164,13 +164,13 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
     def _experimental_distribute_dataset(self, dataset, options):
         if self._size > 1 and not _shard_policy_off(dataset):
             dataset = _slice_global_batches(dataset, self._rank, self._size)
-        return super()._experimental_distribute_dataset(dataset, options)
+        return super()._experimental_distribute_dataset(_without_autoshard(dataset), options)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
         context = distribute_lib.InputContext(num_input_pipelines=self._size, input_pipeline_id=self._rank,
                                               num_replicas_in_sync=self._size)
         dataset = dataset_fn(context)
-        return super()._experimental_distribute_dataset(dataset, options)
+        return super()._experimental_distribute_dataset(_without_autoshard(dataset), options)
 
     @property
     def should_checkpoint(self):
@@ -218,6 +218,14 @@ def _slice_global_batches(dataset, rank, size):
         return tf.nest.map_structure(cut, element)
 
     return dataset.map(take_slice, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _without_autoshard(dataset):
+    """We shard ourselves; TF's auto-shard rewrite would only cost time (it re-serializes the
+    whole input graph, constants included, at every iterator start)."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)
 
 
 def _shard_policy_off(dataset):
