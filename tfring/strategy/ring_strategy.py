@@ -16,6 +16,7 @@ each of them across processes:
 """
 
 import tensorflow as tf
+from absl import logging as absl_logging
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import one_device_strategy
@@ -24,12 +25,23 @@ from tensorflow.python.ops import variables as variables_lib
 
 import tfring
 from tfring.ops import collectives
+from tfring.strategy import checkpointing
 
 
 def _unwrap_initial_value(initial_value):
     # Checkpoint restore hands a CheckpointInitialValue; its wrapped tensor is what we broadcast.
     wrapped = getattr(initial_value, "wrapped_value", None)
     return wrapped if wrapped is not None else initial_value
+
+
+def _is_local_statistic(kwargs):
+    dtype = kwargs.get("dtype")
+    floating = dtype is not None and tf.as_dtype(dtype).is_floating
+    aggregation = kwargs.get("aggregation", tf.VariableAggregation.NONE)
+    return (floating and not kwargs.get("trainable", True)
+            and kwargs.get("synchronization", tf.VariableSynchronization.AUTO) in (
+                tf.VariableSynchronization.AUTO, tf.VariableSynchronization.ON_WRITE)
+            and aggregation in (tf.VariableAggregation.NONE, tf.VariableAggregation.MEAN, None))
 
 
 class _RingReplicaContext(distribute_lib.ReplicaContext):
@@ -67,24 +79,54 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
     def _create_variable(self, next_creator, **kwargs):
         synchronization = kwargs.get("synchronization", tf.VariableSynchronization.AUTO)
         if synchronization == tf.VariableSynchronization.ON_READ:
-            # One component, read through _reduce_to: a metric's result() outside the step is global.
-            def one_component(**kw):
-                with tf.device(self._device):
-                    return [next_creator(**kw)]
-
-            return distribute_utils.create_mirrored_variable(
-                self._container_strategy(), one_component, distribute_utils.VARIABLE_CLASS_MAPPING,
-                distribute_utils.VARIABLE_POLICY_MAPPING, **kwargs)
+            # Read through _reduce_to: a metric's result() outside the step is global.
+            return self._distributed_variable(next_creator, kwargs)
         if self._size > 1:
             initial_value = _unwrap_initial_value(kwargs["initial_value"])
-
-            def from_rank0():
-                value = initial_value() if callable(initial_value) else initial_value
-                value = tf.convert_to_tensor(value, dtype=kwargs.get("dtype"))
-                return collectives.broadcast(value, root_rank=0)
-
-            kwargs["initial_value"] = from_rank0
+            kwargs["initial_value"] = self._from_rank0(initial_value, kwargs.get("dtype"))
+            if _is_local_statistic(kwargs):
+                # Non-trainable floats assigned inside the step (batch-norm moving averages) are
+                # statistics of each rank's data: averaged across ranks at every assignment, as
+                # MirroredStrategy does with aggregation MEAN, so the ranks never drift apart.
+                kwargs["aggregation"] = tf.VariableAggregation.MEAN
+                return self._distributed_variable(next_creator, kwargs)
         return super()._create_variable(next_creator, **kwargs)
+
+    def _distributed_variable(self, next_creator, kwargs):
+        """A SyncOnRead or Mirrored variable (by kwargs' synchronization) with one component."""
+
+        def one_component(**kw):
+            with tf.device(self._device):
+                return [next_creator(**kw)]
+
+        return distribute_utils.create_mirrored_variable(
+            self._container_strategy(), one_component, distribute_utils.VARIABLE_CLASS_MAPPING,
+            distribute_utils.VARIABLE_POLICY_MAPPING, **kwargs)
+
+    def _from_rank0(self, initial_value, dtype):
+        def from_rank0():
+            value = initial_value() if callable(initial_value) else initial_value
+            value = tf.convert_to_tensor(value, dtype=dtype)
+            return collectives.broadcast(value, root_rank=0)
+
+        return from_rank0
+
+    def _update(self, var, fn, args, kwargs, group):
+        # Updates of our one-component distributed variables go to their single component, as
+        # MirroredStrategy's update does per component.
+        if isinstance(var, values_lib.DistributedVariable):
+            var = var._get_on_device_or_primary()
+        args = distribute_utils.select_replica(0, args)
+        kwargs = distribute_utils.select_replica(0, kwargs)
+        return super()._update(var, fn, args, kwargs, group)
+
+    def _update_non_slot(self, colocate_with, fn, args, kwargs, group):
+        # As OneDeviceExtended, but the update context names replica 0 (an index, as distributed
+        # variables expect) instead of the device.
+        del colocate_with
+        with tf.device(self._device), distribute_lib.UpdateContext(0):
+            result = fn(*args, **kwargs)
+            return result if group else tf.nest.map_structure(self._local_results, result)
 
     # ---- running a step ----
     def _call_for_each_replica(self, fn, args, kwargs):
@@ -92,11 +134,20 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         # The distributed iterator wraps this process's batch in one-component PerReplica values.
         args = distribute_utils.select_replica(0, args)
         kwargs = distribute_utils.select_replica(0, kwargs)
+        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        first_new_op = len(graph.get_operations()) if graph is not None else 0
         with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
             outputs = fn(*args, **kwargs)
         if self._size == 1:
             return outputs
-        return tf.nest.map_structure(self._gather_output, outputs)
+        if graph is None:
+            return tf.nest.map_structure(self._gather_output, outputs)
+        # Collectives inside nested control flow (a tf.cond branch, e.g. LossScaleOptimizer's
+        # "apply if finite") are invisible to the op wrappers' chaining in this graph: gather the
+        # outputs only after every stateful op the step created, so all ranks keep one order.
+        stateful = [op for op in graph.get_operations()[first_new_op:] if op._is_stateful]
+        with tf.control_dependencies(stateful):
+            return tf.nest.map_structure(self._gather_output, outputs)
 
     def _gather_output(self, value):
         """An output of this rank -> a PerReplica of every rank's value, in rank order."""
@@ -106,6 +157,12 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         if value.dtype == tf.string or value.dtype.is_complex:
             return value
         scalar = value.shape.rank == 0
+        if scalar and value.dtype == tf.bool:
+            # A boolean decision (LossScaleOptimizer's "are the gradients finite?", computed on each
+            # rank's un-reduced gradients) must be one decision: true only if true on every rank,
+            # or ranks would take different branches and fall out of step.
+            everywhere = collectives.allreduce(tf.cast(value, tf.int32), op="min") > 0
+            return values_lib.PerReplica([everywhere] * self._size)
         rows = tf.reshape(value, [1]) if scalar else value
         gathered = collectives.allgather(rows)
         if scalar:
@@ -223,9 +280,18 @@ def _slice_global_batches(dataset, rank, size):
 def _without_autoshard(dataset):
     """We shard ourselves; TF's auto-shard rewrite would only cost time (it re-serializes the
     whole input graph, constants included, at every iterator start)."""
+    off = tf.data.experimental.AutoShardPolicy.OFF
+    if dataset.options().experimental_distribute.auto_shard_policy == off:
+        return dataset
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options)
+    options.experimental_distribute.auto_shard_policy = off
+    # tf.data logs a warning when an option someone set (Keras sets DATA) is overridden.
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        return dataset.with_options(options)
+    finally:
+        absl_logging.set_verbosity(verbosity)
 
 
 def _shard_policy_off(dataset):
@@ -265,5 +331,6 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
             raise RuntimeError(f"RingStrategy could not start tfring: {e}") from e
         self.rank = tfring.rank()
         self.size = tfring.size()
+        checkpointing.install()
         extended = RingExtended(self, "/cpu:0", self.rank, self.size, wire[compression])
         distribute_lib.Strategy.__init__(self, extended)

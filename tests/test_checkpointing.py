@@ -1,0 +1,91 @@
+"""Saving under RingStrategy: rank 0 alone writes, atomically; BackupAndRestore resumes exactly."""
+
+import os
+
+import numpy as np
+
+from tfring.testing import run_job
+
+SAVE = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+out = os.environ["OUT"]
+strategy = tfring.RingStrategy()
+keras.utils.set_random_seed(0)
+x = np.random.default_rng(0).standard_normal((64, 4)).astype("float32")
+y = x[:, :1] * 3
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+ckpt = keras.callbacks.ModelCheckpoint(os.path.join(out, "ckpt", "epoch{epoch}.keras"))
+model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[ckpt])
+model.save(os.path.join(out, "final.keras"))
+model.save_weights(os.path.join(out, "final.weights.h5"))
+# Every rank can read the file as soon as save() returns.
+loaded = keras.models.load_model(os.path.join(out, "final.keras"))
+same = all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), model.get_weights()))
+print("LOADED_SAME", same)
+np.save(os.path.join(out, f"weights{strategy.rank}.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))
+'''
+
+
+def test_only_rank0_writes_and_every_rank_can_load(tmp_path):
+    proc = run_job(2, SAVE, env={"OUT": str(tmp_path)}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("LOADED_SAME True") == 2, proc.stdout
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["ckpt", "final.keras", "final.weights.h5", "weights0.npy", "weights1.npy"], names
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["epoch1.keras", "epoch2.keras"]
+    assert np.array_equal(np.load(tmp_path / "weights0.npy"), np.load(tmp_path / "weights1.npy"))
+
+
+RESUME = r'''
+import os, signal
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+out, backup = os.environ["OUT"], os.environ["BACKUP"]
+kill_at = int(os.environ.get("KILL_AT_EPOCH", "-1"))
+strategy = tfring.RingStrategy()
+keras.utils.set_random_seed(0)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((128, 6)).astype("float32")
+y = (x @ rng.standard_normal((6, 1))).astype("float32")
+with strategy.scope():
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+
+class Kill(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == kill_at and strategy.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+model.fit(x, y, batch_size=32, epochs=5, verbose=0, shuffle=False,
+          callbacks=[keras.callbacks.BackupAndRestore(backup), Kill()])
+np.save(os.path.join(out, f"final{strategy.rank}.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))
+print("FINISHED", strategy.rank)
+'''
+
+
+def test_backup_and_restore_after_a_kill_equals_an_uninterrupted_run(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight.mkdir()
+    resumed.mkdir()
+    proc = run_job(2, RESUME, env={"OUT": str(straight), "BACKUP": str(tmp_path / "b1")}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    killed = run_job(2, RESUME, env={"OUT": str(resumed), "BACKUP": str(tmp_path / "b2"), "KILL_AT_EPOCH": "3",
+                                     "TFRING_TIMEOUT": "20"}, timeout=600)
+    assert killed.returncode == 128 + 9, killed.stderr[-3000:]
+    assert (tmp_path / "b2").exists() and not list(resumed.iterdir())
+    again = run_job(2, RESUME, env={"OUT": str(resumed), "BACKUP": str(tmp_path / "b2")}, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not (tmp_path / "b2").exists()  # deleted (by rank 0) at the end of training
+    a, b = np.load(straight / "final0.npy"), np.load(resumed / "final0.npy")
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+    assert np.array_equal(np.load(resumed / "final0.npy"), np.load(resumed / "final1.npy"))
