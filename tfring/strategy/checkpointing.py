@@ -118,8 +118,23 @@ def _backup_train_end(original):
     return on_train_end
 
 
+def _tolerant_makedirs(original):
+    # Keras checks "exists, else makedirs" (ModelCheckpoint does, for the checkpoint folder); with
+    # every rank running the same callback one of them loses that race. Creating a folder that
+    # another rank just created is not an error.
+    @functools.wraps(original)
+    def makedirs(path):
+        if not _is_local(path):
+            return original(path)
+        return os.makedirs(path, exist_ok=True)
+
+    setattr(makedirs, _MARK, True)
+    return makedirs
+
+
 def install():
-    """Wraps Keras' save methods so that under a multi-rank RingStrategy only rank 0 writes.
+    """Wraps Keras' save methods so that under a multi-rank RingStrategy only rank 0 writes (and
+    makes Keras' folder creation tolerate the folder another rank just created).
 
     Idempotent; called by `RingStrategy()`.
 
@@ -128,8 +143,10 @@ def install():
     >>> install()
     """
     import keras
+    from keras.src.utils import file_utils
 
-    targets = [(keras.Model, "save", _rank0_writes), (keras.Model, "save_weights", _rank0_writes),
+    targets = [(file_utils, "makedirs", _tolerant_makedirs),
+               (keras.Model, "save", _rank0_writes), (keras.Model, "save_weights", _rank0_writes),
                (keras.callbacks.BackupAndRestore, "_save_model", _backup_save_model),
                (keras.callbacks.BackupAndRestore, "on_train_end", _backup_train_end)]
     for cls, name, wrap in targets:
