@@ -9,7 +9,8 @@ each of them across processes:
   runs as one fused tfring allreduce;
 - every variable created in `scope()` takes rank 0's initial value (a broadcast at creation);
   metric state variables (`synchronization=ON_READ`) are sync-on-read, so reading a metric's result
-  outside the step reduces it across ranks;
+  outside the step reduces it across ranks; non-trainable float variables assigned in the step
+  (batch-norm moving averages) are averaged across ranks at each assignment;
 - `run()` gathers each step output from every rank, so Keras' per-replica reduction gives global
   loss and metric logs and, for `predict`, the global predictions in order;
 - `experimental_distribute_dataset` gives each rank its contiguous slice of every global batch.
@@ -21,7 +22,6 @@ from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.distribute import values as values_lib
-from tensorflow.python.ops import variables as variables_lib
 
 import tfring
 from tfring.ops import collectives
