@@ -88,7 +88,8 @@ class Job:
         self.base_env = dict(os.environ if env is None else env)
         self.procs = []
         self.threads = []
-        self.signalled = None
+        self.started = False
+        self.pending_signal = None  # a signal that arrived before every process was started
 
     def _env(self, slot, store_addr, secret, job_id):
         env = dict(self.base_env)
@@ -150,9 +151,6 @@ class Job:
                 break
             if all(c == 0 for c in codes):
                 break
-            if self.signalled is not None:
-                self.signal_all(self.signalled)
-                self.signalled = None
             time.sleep(POLL_SECONDS)
         if failed is not None:
             rank, code = failed
@@ -192,12 +190,19 @@ def run(command, num_processes, timeout=None, all_output=False):
     job = Job(command, num_processes, timeout=timeout, all_output=all_output)
 
     def forward(signum, _frame):
-        job.signalled = signum
-        job.signal_all(signum)
+        # Each signal is passed on exactly once: a second SIGINT would interrupt the ranks' own
+        # handlers (Python turns it into KeyboardInterrupt during their shutdown).
+        if job.started:
+            job.signal_all(signum)
+        else:
+            job.pending_signal = signum
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         job.start()
+        job.started = True
+        if job.pending_signal is not None:
+            job.signal_all(job.pending_signal)
         return job.wait()
     finally:
         for s, h in previous.items():
