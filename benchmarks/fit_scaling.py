@@ -5,7 +5,9 @@
 A small CNN on synthetic 32x32x3 images, 64 images per replica per step (weak scaling), one
 intra-op thread per process. Peers: `tf.distribute.MirroredStrategy` on 2 logical CPU devices in
 one process (its model.fit works) and `MultiWorkerMirroredStrategy` with 2 worker processes
-through a custom `strategy.run` loop (its model.fit crashes with Keras 3). The runs are interleaved
+through a custom `strategy.run` loop (its model.fit crashes with Keras 3). Beside them, two
+independent processes without a strategy, run at once, show what the cores give two processes
+at all (the ceiling for 2 ranks when ranks outnumber free cores). The runs are interleaved
 over rounds and the medians printed; scaling efficiency = images/s(2 ranks) / (2 x images/s(1 rank)).
 """
 
@@ -70,6 +72,10 @@ def worker(kind):
         ips = _fit_images_per_second(strategy, strategy.size, strategy.rank)
         if strategy.rank == 0:
             print("RESULT " + json.dumps({"peer": f"tfring RingStrategy, {strategy.size} rank(s)", "ips": ips}))
+    elif kind == "alone":
+        # No strategy and no communication: what this machine gives two processes that share it.
+        ips = _fit_images_per_second(tf.distribute.get_strategy(), 1, 0)
+        print("RESULT " + json.dumps({"peer": "one process alone, no strategy", "ips": ips}))
     elif kind == "mirrored":
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -138,6 +144,16 @@ def _run(key):
         cmd = [sys.executable, "-m", "tfring.run", "-np", key[-1], sys.executable, HERE, "--worker", "ring"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=1200)
         return _result(proc.stdout), proc.stderr
+    if key == "alone2":
+        # The ceiling for 2 ranks here: two independent processes at once, their rates summed.
+        procs = [subprocess.Popen([sys.executable, HERE, "--worker", "alone"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=_env()) for _ in range(2)]
+        outs = [p.communicate(timeout=1200) for p in procs]
+        results = [_result(out) for out, _ in outs]
+        if None in results:
+            return None, outs[0][1] + outs[1][1]
+        return {"peer": "2 independent processes, no communication (sum)",
+                "ips": sum(r["ips"] for r in results)}, ""
     if key == "mirrored":
         proc = subprocess.run([sys.executable, HERE, "--worker", "mirrored"], capture_output=True, text=True,
                               env=_env(), timeout=1200)
@@ -154,7 +170,7 @@ def _run(key):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", choices=["ring", "mirrored", "mwms"])
+    parser.add_argument("--worker", choices=["ring", "alone", "mirrored", "mwms"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default="benchmarks/fit_scaling_results.json")
     args = parser.parse_args()
@@ -165,7 +181,7 @@ def main():
         parser.error("--rounds must be at least 5 (this machine is noisy)")
     import numpy as np
 
-    keys = ["ring1", "ring2", "mirrored", "mwms"]
+    keys = ["ring1", "ring2", "alone2", "mirrored", "mwms"]
     samples, labels = {k: [] for k in keys}, {}
     for _ in range(args.rounds):
         for key in keys:
@@ -186,6 +202,8 @@ def main():
             print(f"| {labels[k]:<52} | {med[k]:>9.1f} | {ratio:>16.2f} |")
     if "ring1" in med and "ring2" in med:
         print(f"scaling efficiency, 1 -> 2 ranks: {med['ring2'] / (2 * med['ring1']):.1%}")
+    if "alone2" in med and "ring2" in med:
+        print(f"2 ranks vs 2 independent processes on the same cores: {med['ring2'] / med['alone2']:.1%}")
     with open(args.json, "w") as f:
         json.dump({"samples": samples, "medians": med, "labels": labels}, f, indent=1)
     return 0

@@ -177,6 +177,10 @@ try:
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)), epochs=1, verbose=0)
     elif case == "xla":
         model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    elif case == "outside_scope":
+        loose = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        loose.compile(optimizer="sgd", loss="mse")
+        loose.fit(x, y, batch_size=32, epochs=1, verbose=0)
     elif case == "steps":
         n = 64 if strategy.rank == 0 else 96      # rank 1 has one more global batch
         model.fit(tf.data.Dataset.from_tensor_slices((x[:n], y[:n])).batch(32), epochs=1, verbose=0)
@@ -196,6 +200,7 @@ except Exception as e:
     ("odd_batch", "divide evenly among the 2 ranks"),
     ("unbatched", "must be batched"),
     ("xla", "jit_compile=False"),
+    ("outside_scope", "built outside `strategy.scope()`"),
 ])
 def test_bad_input_gives_clear_errors(case, needle):
     proc = run_job(2, BAD, env={"CASE": case}, timeout=300)
@@ -314,3 +319,80 @@ def test_batch_norm_moving_statistics_are_averaged_across_ranks(tmp_path):
     # variances) is smaller than the global-batch variance by the spread of the slice means.
     np.testing.assert_allclose(r0[:4], single[:4], rtol=0.05, atol=0.05)
     assert np.all(r0[4:] <= single[4:] * 1.05)
+
+
+SHARDS = r'''
+import glob, json, os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+strategy = tfring.RingStrategy()
+files = sorted(glob.glob(os.path.join(os.environ["DATA"], "*.tfrecord")))[:int(os.environ["FILES"])]
+spec = {"id": tf.io.FixedLenFeature([], tf.int64), "x": tf.io.FixedLenFeature([2], tf.float32)}
+
+@tf.autograph.experimental.do_not_convert
+def parse(record):
+    ex = tf.io.parse_single_example(record, spec)
+    return ex["x"] / 100.0, tf.cast(ex["id"], tf.float32)
+
+def make(kind):
+    if kind == "reader":
+        return tf.data.TFRecordDataset(files).map(parse).batch(4)
+    return (tf.data.Dataset.from_tensor_slices(files)
+            .interleave(tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(parse).batch(4))
+
+for kind in ("reader", "interleave"):
+    batches = [strategy.experimental_local_results(b[1])[0].numpy().astype(int).tolist()
+               for b in strategy.experimental_distribute_dataset(make(kind))]
+    print("BATCHES", kind, json.dumps(batches))
+
+with strategy.scope():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+hist = model.fit(make("reader").map(lambda x, y: (x, y / 100.0)), epochs=2, verbose=0)
+w = np.concatenate([v.numpy().ravel() for v in model.weights])
+g = tfring.ops.allgather(tf.reshape(w, [1, -1])).numpy()
+print("FIT", bool(np.all(g == g[0])), bool(np.isfinite(hist.history["loss"][-1])))
+'''
+
+
+def _write_shards(directory, files=4, per_file=8):
+    import tensorflow as tf
+
+    for f in range(files):
+        with tf.io.TFRecordWriter(str(directory / f"part-{f}.tfrecord")) as w:
+            for i in range(per_file):
+                ident = 100 * f + i
+                feature = {"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[ident])),
+                           "x": tf.train.Feature(float_list=tf.train.FloatList(value=[ident, 1.0]))}
+                w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+@pytest.mark.parametrize("files", [4, 1])
+def test_input_sharded_by_file_when_there_are_enough_files(tmp_path, files):
+    _write_shards(tmp_path)
+    proc = run_job(2, SHARDS, env={"DATA": str(tmp_path), "FILES": str(files)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = {}
+    for r in range(2):
+        lines = [l.split("] ", 1)[1] for l in proc.stdout.splitlines() if l.startswith(f"[{r}] ")]
+        assert "FIT True True" in lines, lines
+        for line in lines:
+            if line.startswith("BATCHES"):
+                _, kind, batches = line.split(" ", 2)
+                seen[(r, kind)] = json.loads(batches)
+    every_record = sorted(100 * f + i for f in range(files) for i in range(8))
+    for kind in ("reader", "interleave"):
+        mine = [seen[(r, kind)] for r in range(2)]
+        assert all(len(b) == 2 for batches in mine for b in batches), mine  # global batch 4 / 2 ranks
+        assert sorted(sum(mine[0] + mine[1], [])) == every_record, mine
+        if files >= 2:
+            # Each rank reads only its own files: rank r gets files r and r + 2.
+            for r in range(2):
+                assert {i // 100 for b in mine[r] for i in b} == {r, r + 2}, (kind, mine)
+        else:
+            # One file: every rank reads each global batch and keeps its half, in order.
+            assert [a + b for a, b in zip(mine[0], mine[1])] == [every_record[i:i + 4] for i in range(0, 8, 4)]

@@ -13,11 +13,11 @@ each of them across processes:
   (batch-norm moving averages) are averaged across ranks at each assignment;
 - `run()` gathers each step output from every rank, so Keras' per-replica reduction gives global
   loss and metric logs and, for `predict`, the global predictions in order;
-- `experimental_distribute_dataset` gives each rank its contiguous slice of every global batch.
+- `experimental_distribute_dataset` gives each rank its share of every global batch (by file or
+  by record: see `input_sharding`).
 """
 
 import tensorflow as tf
-from absl import logging as absl_logging
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import one_device_strategy
@@ -26,6 +26,8 @@ from tensorflow.python.distribute import values as values_lib
 import tfring
 from tfring.ops import collectives
 from tfring.strategy import checkpointing
+from tfring.strategy import input_sharding
+from tfring.strategy import scope_check
 
 
 def _unwrap_initial_value(initial_value):
@@ -219,15 +221,14 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     # ---- input ----
     def _experimental_distribute_dataset(self, dataset, options):
-        if self._size > 1 and not _shard_policy_off(dataset):
-            dataset = _slice_global_batches(dataset, self._rank, self._size)
-        return super()._experimental_distribute_dataset(_without_autoshard(dataset), options)
+        dataset = input_sharding.shard_for_rank(dataset, self._rank, self._size)
+        return super()._experimental_distribute_dataset(dataset, options)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
         context = distribute_lib.InputContext(num_input_pipelines=self._size, input_pipeline_id=self._rank,
                                               num_replicas_in_sync=self._size)
         dataset = dataset_fn(context)
-        return super()._experimental_distribute_dataset(_without_autoshard(dataset), options)
+        return super()._experimental_distribute_dataset(input_sharding.without_autoshard(dataset), options)
 
     @property
     def should_checkpoint(self):
@@ -236,67 +237,6 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
     @property
     def should_save_summary(self):
         return self._rank == 0
-
-
-_NOT_BATCHED = ("RingStrategy: the dataset must be batched with the global batch size (call "
-                ".batch(global_batch_size)); each rank then trains on its share of every batch")
-
-
-def _slice_global_batches(dataset, rank, size):
-    """Each element is a global batch of B rows; keep rows [rank*B/size, (rank+1)*B/size)."""
-    specs = [s for s in tf.nest.flatten(dataset.element_spec) if isinstance(s, tf.TensorSpec)]
-    if not specs or any(s.shape.rank == 0 for s in specs):
-        raise ValueError(f"{_NOT_BATCHED}; its elements include scalars: {dataset.element_spec}")
-    known = {s.shape[0] for s in specs if s.shape.rank is not None and s.shape[0] is not None}
-    if len(known) > 1:
-        raise ValueError(f"{_NOT_BATCHED}; its components have different first dimensions {sorted(known)}, "
-                         f"so they are not batches of one size: {dataset.element_spec}")
-    if known and known.pop() % size:
-        raise ValueError(f"RingStrategy: the global batch size {specs[0].shape[0]} does not divide evenly among "
-                         f"the {size} ranks; use a multiple of {size}")
-
-    def take_slice(*element):
-        element = element[0] if len(element) == 1 else element
-        tensors = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
-        batch = tf.shape(tensors[0])[0]
-        checks = [tf.debugging.assert_equal(tf.shape(t)[0], batch, message=_NOT_BATCHED) for t in tensors[1:]]
-        checks.append(tf.debugging.assert_equal(
-            batch % size, 0,
-            message=f"RingStrategy: a global batch does not divide evenly among the {size} ranks "
-                    f"(batch the dataset with a multiple of {size}, and use drop_remainder=True "
-                    f"when the data does not divide into whole batches)"))
-        with tf.control_dependencies(checks):
-            per_rank = batch // size
-        start = per_rank * rank
-
-        def cut(t):
-            return t[start:start + per_rank] if isinstance(t, tf.Tensor) and t.shape.rank else t
-
-        return tf.nest.map_structure(cut, element)
-
-    return dataset.map(take_slice, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-
-
-def _without_autoshard(dataset):
-    """We shard ourselves; TF's auto-shard rewrite would only cost time (it re-serializes the
-    whole input graph, constants included, at every iterator start)."""
-    off = tf.data.experimental.AutoShardPolicy.OFF
-    if dataset.options().experimental_distribute.auto_shard_policy == off:
-        return dataset
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = off
-    # tf.data logs a warning when an option someone set (Keras sets DATA) is overridden.
-    verbosity = absl_logging.get_verbosity()
-    absl_logging.set_verbosity(absl_logging.ERROR)
-    try:
-        return dataset.with_options(options)
-    finally:
-        absl_logging.set_verbosity(verbosity)
-
-
-def _shard_policy_off(dataset):
-    policy = dataset.options().experimental_distribute.auto_shard_policy
-    return policy == tf.data.experimental.AutoShardPolicy.OFF
 
 
 class RingStrategy(tf.distribute.OneDeviceStrategy):
@@ -332,5 +272,6 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
         self.rank = tfring.rank()
         self.size = tfring.size()
         checkpointing.install()
+        scope_check.install()
         extended = RingExtended(self, "/cpu:0", self.rank, self.size, wire[compression])
         distribute_lib.Strategy.__init__(self, extended)

@@ -1,0 +1,49 @@
+"""Refuses to train, in a multi-rank job, a model that was built outside `RingStrategy.scope()`.
+
+Keras binds a model to the strategy in scope when the model is created. A model created outside
+the scope belongs to no strategy: `fit` would train each rank on its own data with its own
+initial weights and never average gradients, so the replicas would silently diverge (what Horovod
+does with Keras 3). `install()` wraps `keras.Model.fit` to turn that into an error.
+"""
+
+import functools
+
+_MARK = "_tfring_scope_checked"
+
+
+def _check(model):
+    import tfring
+
+    if not tfring.is_initialized() or tfring.size() < 2:
+        return
+    if getattr(model, "_distribute_strategy", "absent") is not None:
+        return  # bound to a strategy (ours or one the user chose), or not a TF-backend model
+    raise ValueError(
+        f"tfring: model {model.name!r} was built outside `strategy.scope()`, so in this job of "
+        f"{tfring.size()} ranks it would train on each rank alone (gradients not averaged, weights "
+        f"diverging). Create and compile the model inside `with strategy.scope():`, where "
+        f"`strategy = tfring.RingStrategy()`.")
+
+
+def _checked_fit(original):
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        _check(self)
+        return original(self, *args, **kwargs)
+
+    setattr(fit, _MARK, True)
+    return fit
+
+
+def install():
+    """Wraps `keras.Model.fit` with the check. Idempotent; called by `RingStrategy()`.
+
+    Example:
+
+    >>> install()
+    """
+    import keras
+
+    current = keras.Model.fit
+    if not getattr(current, _MARK, False):
+        keras.Model.fit = _checked_fit(current)
