@@ -15,19 +15,21 @@ from tfring.runtime import rank
 from tfring.runtime import shutdown
 from tfring.runtime import size
 from tfring.runtime import transport_name
+from tfring.lr_scaling import scale_learning_rate
 
 __version__ = "0.1.0"
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "transport_name", "ops", "RingStrategy"]
+           "transport_name", "ops", "RingStrategy", "optimizers", "callbacks", "schedules",
+           "scale_learning_rate"]
 
 
 def __getattr__(name):
     # These import TensorFlow: load them only when asked for.
     import importlib
 
-    if name == "ops":
-        return importlib.import_module("tfring.ops")
+    if name in ("ops", "optimizers", "callbacks", "schedules"):
+        return importlib.import_module(f"tfring.{name}")
     if name == "RingStrategy":
         return importlib.import_module("tfring.strategy.ring_strategy").RingStrategy
     raise AttributeError(f"module 'tfring' has no attribute {name!r}")

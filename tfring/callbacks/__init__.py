@@ -1,1 +1,11 @@
-"""tfring.callbacks (see the issues that build it)."""
+"""Keras callbacks for large-batch training: learning-rate warm-up, step and polynomial decay.
+
+Each sets the optimizer's rate from Python at batch or epoch boundaries, the same on every rank
+(it depends only on the epoch and batch counts), and adds `learning_rate` to the epoch logs.
+"""
+
+from tfring.callbacks.learning_rate_warmup import LearningRateWarmup
+from tfring.callbacks.multi_step_decay import MultiStepDecay
+from tfring.callbacks.polynomial_decay import PolynomialDecay
+
+__all__ = ["LearningRateWarmup", "MultiStepDecay", "PolynomialDecay"]

@@ -1,13 +1,18 @@
-"""tfring's TensorFlow ops: fused ring allreduce, broadcast, allgather and barrier.
+"""tfring's TensorFlow ops: fused ring allreduce, broadcast, allgather, barrier and the fused LARS
+update.
 
 The names load on first use, so `import tfring` (and the `tfring run` launcher) does not import
 TensorFlow.
 """
 
-__all__ = ["allreduce", "broadcast", "allgather", "barrier", "broadcast_variables"]
+__all__ = ["allreduce", "broadcast", "allgather", "barrier", "broadcast_variables", "lars_update"]
 
 
 def __getattr__(name):
+    if name == "lars_update":
+        from tfring.ops import lars
+
+        return lars.lars_update
     if name in __all__:
         from tfring.ops import collectives
 

@@ -1,1 +1,5 @@
-"""tfring.optimizers (see the issues that build it)."""
+"""Optimizers for large-batch training."""
+
+from tfring.optimizers.lars import LARS
+
+__all__ = ["LARS"]

@@ -68,3 +68,29 @@ REGISTER_OP("TfringBarrier")
     .Doc(R"doc(
 Completes once every rank has reached it.
 )doc");
+
+REGISTER_OP("TfringLarsUpdate")
+    .Input("var: resource")
+    .Input("velocity: resource")
+    .Input("grad: T")
+    .Input("lr: float")
+    .Output("trust_ratio: float")
+    .Attr("T: {half, float, double}")
+    .Attr("momentum: float")
+    .Attr("weight_decay: float = 0.0")
+    .Attr("trust_coefficient: float = 0.001")
+    .Attr("epsilon: float = 0.0")
+    .Attr("adapt: bool = true")
+    .Attr("nesterov: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+One LARS step for one variable, in place: the norms of `var` and `grad`, the trust ratio
+trust_coefficient * |var| / (|grad| + weight_decay * |var| + epsilon) (1 when a norm is 0 or
+`adapt` is false), then velocity = momentum * velocity + lr * ratio * (grad + weight_decay * var)
+and var -= velocity (Nesterov: var -= momentum * velocity + lr * ratio * (grad + weight_decay * var)).
+`velocity` is float32 for half and float variables, float64 for double ones. Returns the ratio.
+)doc");

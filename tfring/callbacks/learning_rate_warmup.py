@@ -1,0 +1,90 @@
+"""Gradual (or constant) learning-rate warm-up per batch, with Horovod's semantics."""
+
+from tfring.callbacks.learning_rate_callback import LearningRateCallback
+from tfring.callbacks.learning_rate_callback import check_epochs
+
+
+class LearningRateWarmup(LearningRateCallback):
+    """Warms the learning rate up over the first `warmup_epochs` (Goyal et al. 2017).
+
+    The semantics of Horovod's `LearningRateWarmupCallback`: the target is the optimizer's rate
+    when training starts (already scaled for the global batch, e.g. by `tfring.scale_learning_rate`),
+    and warm-up starts from target / number of ranks — the single-process rate — rising linearly
+    per batch to the target at the end of epoch `warmup_epochs`. The rate is then set to the
+    target once and left alone, so a decay callback placed after this one takes over. On one
+    process the default start equals the target (nothing to warm up): pass `initial_lr`.
+
+    Args:
+        warmup_epochs: epochs of warm-up (may be fractional), >= 0.
+        initial_lr: the rate at the first batch. Default: target / `tfring.size()`.
+        target_lr: the rate at the end of warm-up. Default: the optimizer's rate at train begin.
+        mode: "gradual" (linear ramp) or "constant" (hold initial_lr, then jump to the target).
+        steps_per_epoch: batches per epoch; default: what `fit` knows.
+        momentum_correction: scale momentum buffers by new/old rate at each change.
+        verbose: 1 prints when warm-up ends.
+
+    Example:
+
+    >>> lr = tfring.scale_learning_rate(0.1, global_batch_size=64 * tfring.size())
+    >>> model.compile(optimizer=keras.optimizers.SGD(lr, momentum=0.9), loss="mse")
+    >>> model.fit(ds, epochs=90, callbacks=[
+    ...     tfring.callbacks.LearningRateWarmup(warmup_epochs=5),
+    ...     tfring.callbacks.MultiStepDecay(milestones=[30, 60, 80], factor=0.1)])
+    """
+
+    def __init__(self, warmup_epochs=5, initial_lr=None, target_lr=None, mode="gradual", steps_per_epoch=None,
+                 momentum_correction=True, verbose=0):
+        super().__init__(momentum_correction=momentum_correction, verbose=verbose)
+        self.warmup_epochs = check_epochs("LearningRateWarmup", "warmup_epochs", warmup_epochs)
+        for what, value in (("initial_lr", initial_lr), ("target_lr", target_lr)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise ValueError(f"LearningRateWarmup: {what} must be a number >= 0, got {value!r}")
+        if mode not in ("gradual", "constant"):
+            raise ValueError(f"LearningRateWarmup: mode must be 'gradual' or 'constant', got {mode!r}")
+        if steps_per_epoch is not None and (isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int)
+                                            or steps_per_epoch <= 0):
+            raise ValueError(f"LearningRateWarmup: steps_per_epoch must be a positive int, got {steps_per_epoch!r}")
+        self.initial_lr = initial_lr
+        self.target_lr = target_lr
+        self.mode = mode
+        self.given_steps_per_epoch = steps_per_epoch
+        self._done = False
+
+    def on_train_begin(self, logs=None):
+        import tfring
+
+        epochs = (self.params or {}).get("epochs")
+        if epochs is not None and self.warmup_epochs > epochs:
+            raise ValueError(f"LearningRateWarmup: the warm-up ({self.warmup_epochs:g} epochs) is longer than "
+                             f"the training ({epochs} epochs)")
+        self._steps = self.steps_per_epoch(self.given_steps_per_epoch)
+        self._target = float(self.target_lr) if self.target_lr is not None else self.current_learning_rate()
+        size = tfring.size() if tfring.is_initialized() else 1
+        self._initial = float(self.initial_lr) if self.initial_lr is not None else self._target / size
+        self._done = False
+
+    def learning_rate_at(self, epoch, batch):
+        """The rate this callback sets at `batch` of `epoch` (None: after warm-up, not its business).
+
+        Args:
+            epoch: the epoch index.
+            batch: the batch index within the epoch.
+
+        Returns:
+            A float, or None.
+        """
+        progress = epoch + batch / self._steps
+        if progress >= self.warmup_epochs:
+            return None
+        if self.mode == "constant":
+            return self._initial
+        return self._initial + (self._target - self._initial) * progress / self.warmup_epochs
+
+    def on_train_batch_begin(self, batch, logs=None):
+        rate = self.learning_rate_at(self._epoch, batch)
+        if rate is not None:
+            self.set_learning_rate(rate)
+        elif not self._done:
+            self._done = True
+            self.set_learning_rate(self._target)
+            self._say(f"warm-up done at epoch {self._epoch}, batch {batch}: learning rate {self._target:g}")
