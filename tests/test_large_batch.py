@@ -98,7 +98,9 @@ y = x[:, :2] * 2 - x[:, 2:4]
 strategy = tfring.RingStrategy()
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(2)])
-    model.compile(optimizer=tfring.optimizers.LARS(1.0, momentum=0.9, fused=os.environ["FUSED"] == "1"), loss="mse")
+    # A graph-side schedule under the strategy (Keras #19504 broke schedules under MirroredStrategy).
+    lr = tfring.schedules.WarmUp(tfring.schedules.MultiStepDecay(1.0, [3]), warmup_steps=2, initial_learning_rate=0.1)
+    model.compile(optimizer=tfring.optimizers.LARS(lr, momentum=0.9, fused=os.environ["FUSED"] == "1"), loss="mse")
 model.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
 w = np.concatenate([v.numpy().ravel() for v in model.weights])
 np.save(os.path.join(os.environ["OUT"], f"{os.environ['FUSED']}w{strategy.rank}of{strategy.size}.npy"), w)

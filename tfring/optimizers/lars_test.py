@@ -119,6 +119,39 @@ def test_float16_variables_with_float32_velocity(fused):
         np.testing.assert_allclose(var.numpy().astype(np.float64), w.astype(np.float16), rtol=1e-3, atol=1e-4)
 
 
+def _model_garden(w, v, g, lr, momentum, beta, eta):
+    # TF Model Garden's LARS: the decay joins the gradient before the norms.
+    g = g + beta * w
+    ratio = eta * np.linalg.norm(w) / np.linalg.norm(g)
+    v = momentum * v + lr * ratio * g
+    return w - v, v
+
+
+def _contrib(w, v, g, lr, momentum, beta, eta):
+    # TF 1.x contrib LARSOptimizer: the decay only in the ratio's denominator.
+    ratio = eta * np.linalg.norm(w) / (np.linalg.norm(g) + beta * np.linalg.norm(w))
+    v = momentum * v + lr * ratio * g
+    return w - v, v
+
+
+def test_other_formulas_agree_without_weight_decay_and_differ_with_it():
+    rng = np.random.default_rng(3)
+    w0, g = rng.standard_normal(50), rng.standard_normal(50) * 0.01
+    for beta in (0.0, 1e-2):
+        w = tf.Variable(w0.astype("float32"))
+        v = tf.Variable(tf.zeros([50]))
+        lars_ops.lars_update(w, v, tf.constant(g, tf.float32), 2.0, momentum=0.9, weight_decay=beta)
+        ours, _, _ = numpy_lars(w0, 0.0, g, 2.0, weight_decay=beta)
+        garden, _ = _model_garden(w0, 0.0, g, 2.0, 0.9, beta, 0.001)
+        contrib, _ = _contrib(w0, 0.0, g, 2.0, 0.9, beta, 0.001)
+        np.testing.assert_allclose(w.numpy(), ours, rtol=1e-6)
+        if beta == 0:
+            np.testing.assert_allclose(ours, garden, rtol=1e-12)
+            np.testing.assert_allclose(ours, contrib, rtol=1e-12)
+        else:  # the documented differences are real
+            assert np.max(np.abs(ours - garden)) > 1e-4 and np.max(np.abs(ours - contrib)) > 1e-4
+
+
 def test_fused_and_composed_agree_closely():
     a, _, _ = _run(True, steps=5, nesterov=True)
     b, _, _ = _run(False, steps=5, nesterov=True)
