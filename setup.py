@@ -43,7 +43,7 @@ setup(
     packages=find_packages(include=["tfring", "tfring.*"]),
     package_data={"tfring.ops": ["cc/core/*.h", "cc/core/*.cc", "cc/kernels/*.cc", "cc/kernels/*.h"]},
     install_requires=["numpy"],
-    extras_require={"test": ["pytest"]},
+    extras_require={"test": ["pytest"], "data": ["tqdm", "Pillow", "pyarrow", "h5py", "tifffile"]},
     entry_points={"console_scripts": ["tfring=tfring.cli:main"]},
     cmdclass={"build_py": BuildPyWithOps},
 )

@@ -21,14 +21,14 @@ __version__ = "0.1.0"
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "transport_name", "ops", "RingStrategy", "optimizers", "callbacks", "schedules",
-           "scale_learning_rate"]
+           "data", "scale_learning_rate"]
 
 
 def __getattr__(name):
     # These import TensorFlow: load them only when asked for.
     import importlib
 
-    if name in ("ops", "optimizers", "callbacks", "schedules"):
+    if name in ("ops", "optimizers", "callbacks", "schedules", "data"):
         return importlib.import_module(f"tfring.{name}")
     if name == "RingStrategy":
         return importlib.import_module("tfring.strategy.ring_strategy").RingStrategy

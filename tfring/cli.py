@@ -1,4 +1,4 @@
-"""The `tfring` command line: `tfring run -np N COMMAND ...`."""
+"""The `tfring` command line: `tfring run -np N COMMAND ...` and `tfring convert SOURCE PREFIX`."""
 
 import argparse
 import sys
@@ -15,7 +15,49 @@ def _parser():
     run.add_argument("--all-output", action="store_true",
                      help="show every rank's stdout (default: rank 0's stdout, every rank's stderr)")
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, e.g. python train.py")
+    convert = sub.add_parser("convert", help="convert a dataset into sharded TFRecord files",
+                             description="Convert a dataset into PREFIX-00000-of-0000N.tfrecord shards and "
+                                         "PREFIX.meta.json (read them with tfring.data.tfrecord_dataset).")
+    convert.add_argument("source", help="a file (.npy .npz .csv .parquet .h5) or a folder (images, TIFF patches)")
+    convert.add_argument("output_prefix", help="e.g. data/train (local, or s3://bucket/train with tensorflow-io)")
+    convert.add_argument("--format", default="auto",
+                         choices=["auto", "images", "numpy", "csv", "parquet", "hdf5", "tiff"])
+    size = convert.add_mutually_exclusive_group()
+    size.add_argument("--shard-size", default="128MB", help="target shard size (default 128MB)")
+    size.add_argument("--num-shards", type=int, default=None, help="number of shards")
+    convert.add_argument("--compression", default="none", choices=["none", "gzip", "zlib"])
+    convert.add_argument("--workers", type=int, default=None, help="shards written in parallel (default: CPUs, <= 8)")
+    convert.add_argument("--shuffle", action="store_true", help="shuffle the examples before sharding")
+    convert.add_argument("--seed", type=int, default=None, help="the shuffle seed")
+    convert.add_argument("--resume", action="store_true",
+                         help="keep the complete, verified shards of an interrupted run with the same arguments")
+    convert.add_argument("--skip-bad", action="store_true",
+                         help="skip unreadable images/TIFFs (listed in the meta file) instead of failing")
+    convert.add_argument("--label", default=None, help="the label column/array (default: 'label' when present)")
+    convert.add_argument("--datasets", default=None, help="HDF5: comma-separated datasets to store (default: all)")
+    convert.add_argument("--labels", default=None, help="TIFF: a CSV of file,label rows instead of class folders")
+    convert.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     return parser
+
+
+def _convert(args):
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tfring.data.sources import BadItem
+    from tfring.data.writer import write_tfrecords
+
+    try:
+        write_tfrecords(args.source, args.output_prefix, format=args.format, shard_size=args.shard_size,
+                        num_shards=args.num_shards, compression=args.compression, workers=args.workers,
+                        shuffle=args.shuffle, seed=args.seed, resume=args.resume, skip_bad=args.skip_bad,
+                        label=args.label, datasets=args.datasets.split(",") if args.datasets else None,
+                        labels_file=args.labels, progress=not args.quiet)
+    except (BadItem, ValueError, FileNotFoundError, ImportError, RuntimeError) as e:
+        hint = " (--skip-bad skips unreadable items)" if isinstance(e, BadItem) else ""
+        print(f"tfring convert: error: {e}{hint}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv=None):
@@ -35,6 +77,8 @@ def main(argv=None):
             print(f"tfring run: --timeout must be > 0, got {args.timeout}", file=sys.stderr)
             return 2
         return launcher.run(program, args.np, timeout=args.timeout, all_output=args.all_output)
+    if args.command == "convert":
+        return _convert(args)
     return 2
 
 

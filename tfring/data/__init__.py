@@ -1,1 +1,21 @@
-"""tfring.data (see the issues that build it)."""
+"""Datasets to sharded TFRecords (`tfring convert`, `write_tfrecords`) and the input pipeline that
+reads them (`tfrecord_dataset`)."""
+
+__all__ = ["write_tfrecords", "tfrecord_dataset", "load_meta"]
+
+
+def __getattr__(name):
+    # These import TensorFlow: load them only when asked for.
+    if name == "write_tfrecords":
+        from tfring.data.writer import write_tfrecords
+
+        return write_tfrecords
+    if name == "tfrecord_dataset":
+        from tfring.data.pipeline import tfrecord_dataset
+
+        return tfrecord_dataset
+    if name == "load_meta":
+        from tfring.data.meta import load_meta
+
+        return load_meta
+    raise AttributeError(f"module 'tfring.data' has no attribute {name!r}")

@@ -1,0 +1,266 @@
+"""`tfrecord_dataset`: the input pipeline over shards written by `tfring convert`.
+
+files (sharded by rank) -> parallel interleaved reads, each file's records counted and checked
+against the meta file -> [cache] -> shuffle -> [repeat] -> batch -> parse the batch with one
+`tf.io.parse_example` -> parallel decode / map -> prefetch.
+"""
+
+import os
+import re
+import sys
+
+import tensorflow as tf
+
+from tfring.data import meta as meta_lib
+from tfring.data import remote
+
+_SHARD_NAME = re.compile(r"^(?P<prefix>.*)-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zz)?$")
+_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
+
+
+def _resolve(prefix_or_pattern):
+    """(meta, [(path, shard record)]) for a prefix or a glob of shard files."""
+    if any(c in prefix_or_pattern for c in "*?["):
+        files = sorted(tf.io.gfile.glob(prefix_or_pattern))
+        if not files:
+            raise FileNotFoundError(f"no files match {prefix_or_pattern}")
+        match = _SHARD_NAME.match(files[0])
+        if not match:
+            raise ValueError(f"{files[0]} is not a tfring shard (PREFIX-00000-of-00016.tfrecord); "
+                             f"tfrecord_dataset reads datasets written by `tfring convert`")
+        meta = meta_lib.load_meta(match.group("prefix"))
+        wanted = {os.path.basename(f) for f in files}
+        folder = os.path.dirname(files[0])
+        shards = [s for s in meta.shards if s["file"] in wanted]
+    else:
+        prefix = prefix_or_pattern[: -len(meta_lib.META_SUFFIX)] if prefix_or_pattern.endswith(
+            meta_lib.META_SUFFIX) else prefix_or_pattern
+        meta = meta_lib.load_meta(prefix)
+        folder = os.path.dirname(prefix)
+        shards = meta.shards
+    shards = [s for s in shards if s["count"] > 0]
+    if not shards:
+        raise ValueError(f"{prefix_or_pattern}: no records to read")
+    return meta, [((folder.rstrip("/") + "/" if folder else "") + s["file"], s) for s in shards]
+
+
+def _check_sizes(files):
+    """A shard whose size differs from the meta file's is truncated or replaced: say which."""
+    for path, shard in files:
+        try:
+            size = tf.io.gfile.stat(path).length
+        except tf.errors.NotFoundError:
+            raise FileNotFoundError(f"shard {path} listed in the meta file is missing") from None
+        if size != shard["bytes"]:
+            what = "truncated" if size < shard["bytes"] else "longer than written"
+            raise ValueError(f"shard {path} is {what}: {size} bytes, the meta file says {shard['bytes']} "
+                             f"(damaged from byte {min(size, shard['bytes'])}); convert the data again")
+
+
+def _counted_reader(compression, skip_corrupt):
+    """Reads one file, checks that it yields the meta file's count; a corrupt record stops the file
+    (TF's reader cannot resynchronise) and either fails naming file and byte offset, or with
+    skip_corrupt logs how many records were skipped."""
+
+    def read(path, expected):
+        records = tf.data.TFRecordDataset(path, compression_type=compression).ignore_errors()
+        end = tf.data.Dataset.from_tensors(tf.constant(b"", tf.string))
+        flagged = records.map(lambda r: (r, False)).concatenate(end.map(lambda r: (r, True)))
+
+        def step(state, element):
+            count, offset = state
+            record, last = element
+
+            def at_end():
+                short = count < expected
+                message = tf.strings.join([
+                    "tfring.data: corrupt or truncated record in ", path, " at byte ", tf.strings.as_string(offset),
+                    " (after record ", tf.strings.as_string(count), " of ", tf.strings.as_string(expected), ")"])
+                if skip_corrupt:
+                    def report():
+                        note = tf.print(tf.strings.join([message, ": skipped ", tf.strings.as_string(expected - count),
+                                                         " records"]), output_stream=sys.stderr)
+                        with tf.control_dependencies([note]):
+                            return tf.identity(count)
+
+                    return tf.cond(short, report, lambda: count)
+                check = tf.debugging.Assert(tf.logical_not(short), [message])
+                with tf.control_dependencies([check]):
+                    return tf.identity(count)
+
+            checked = tf.cond(last, at_end, lambda: count)
+            size = tf.cast(tf.strings.length(record), tf.int64) + 16  # 12-byte header + 4-byte footer
+            return (checked + 1, offset + size), (record, last)
+
+        scanned = flagged.scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), step)
+        return scanned.filter(lambda record, last: tf.logical_not(last)).map(lambda record, last: record)
+
+    return read
+
+
+def _parse_spec(meta):
+    spec = {}
+    for f in meta.features:
+        if f.encoding == "int":
+            spec[f.name] = tf.io.FixedLenFeature(f.shape, tf.int64)
+        elif f.encoding == "float":
+            spec[f.name] = tf.io.FixedLenFeature(f.shape, tf.float32)
+        else:
+            spec[f.name] = tf.io.FixedLenFeature([], tf.string)
+    return spec
+
+
+def _image_shape(meta, image_size):
+    uniform = meta.source.get("uniform_image_shape")
+    shapes = meta.source.get("image_shapes") or []
+    channels = max((s[2] for s in shapes), default=3)
+    if image_size is not None:
+        return (int(image_size[0]), int(image_size[1]), channels)
+    if uniform is None:
+        raise ValueError("the images differ in size (e.g. " + ", ".join("x".join(map(str, s)) for s in shapes[:3])
+                         + "): pass image_size=(height, width) to resize them, or decode_images=False")
+    return tuple(uniform)
+
+
+def _decoder(meta, decode_images, image_size):
+    """Turns a parsed batch into typed tensors."""
+    shapes = {f.name: f for f in meta.features}
+    image_shape = _image_shape(meta, image_size) if decode_images and any(
+        f.encoding == "image" for f in meta.features) else None
+
+    def decode_image(data):
+        image = tf.io.decode_image(data, channels=image_shape[2], expand_animations=False)
+        if image_size is not None:
+            return tf.image.resize(image, image_shape[:2])
+        image.set_shape(image_shape)
+        return image
+
+    def decode(batch):
+        out = {}
+        for name, value in batch.items():
+            f = shapes[name]
+            if f.encoding == "int":
+                out[name] = tf.cast(value, tf.bool if f.dtype == "bool" else tf.as_dtype(f.dtype))
+            elif f.encoding == "raw":
+                raw_type = tf.uint8 if f.dtype == "bool" else tf.as_dtype(f.dtype)
+                flat = tf.io.decode_raw(value, raw_type, little_endian=True)
+                out[name] = tf.reshape(flat, tf.concat([tf.shape(value), f.shape], 0))
+                if f.dtype == "bool":
+                    out[name] = tf.cast(out[name], tf.bool)
+            elif f.encoding == "image" and image_shape is not None:
+                dtype = tf.float32 if image_size is not None else tf.uint8
+                out[name] = tf.map_fn(decode_image, value, fn_output_signature=tf.TensorSpec(image_shape, dtype))
+            else:
+                out[name] = value
+        if image_shape is not None:
+            for name in ("height", "width", "channels"):
+                out.pop(name, None)  # the decoded image carries its shape
+        return out
+
+    return decode
+
+
+def tfrecord_dataset(prefix_or_pattern, batch_size, *, shuffle=True, shuffle_buffer=10000, repeat=False,
+                     decode_images=True, image_size=None, map_fn=None, cache=False, drop_remainder=True,
+                     shard="auto", prefetch="auto", seed=None, deterministic=False, skip_corrupt=False):
+    """A `tf.data.Dataset` of `(features, label)` batches from shards written by `tfring convert`.
+
+    In a tfring job of N ranks with `shard="auto"`, each rank reads its own part: whole files when
+    there are at least N files (rank r reads files r, r+N, ...), else every N-th record. Every rank
+    gets the same number of batches (the smallest part decides), and the dataset is marked so that
+    `RingStrategy` does not shard it again: `batch_size` is then the PER-RANK batch (the global
+    batch is batch_size x N).
+
+    Args:
+        prefix_or_pattern: the output prefix given to `tfring convert` (`data/train`), or a glob of
+            its shard files. `s3://` and `hdfs://` work where tensorflow-io loads (TF 2.17).
+        batch_size: records per batch (per rank in a multi-rank job).
+        shuffle: shuffle records (file order and a buffer of `shuffle_buffer`).
+        shuffle_buffer: the shuffle buffer's size in records.
+        repeat: repeat forever (then pass `steps_per_epoch` to fit).
+        decode_images: decode encoded images to uint8 tensors (float32 when resized).
+        image_size: (height, width) to resize decoded images to; needed when sizes differ.
+        map_fn: a function applied to `(features, label)` batches (or `features` when unlabelled),
+            in parallel.
+        cache: True to cache the records in memory, a path to cache them in a file.
+        drop_remainder: drop a last partial batch.
+        shard: "auto" (by the tfring job), "file", "record", or None (no sharding).
+        prefetch: "auto" (autotuned), a number of batches, or 0.
+        seed: the shuffle seed.
+        deterministic: keep a fixed order through the parallel stages.
+        skip_corrupt: skip the rest of a file at a corrupt record and log how many records were
+            skipped, instead of failing with the file and byte offset.
+
+    Returns:
+        A `tf.data.Dataset`. Features are a dict by name, or the single tensor when there is one
+        feature besides the label (images: the image).
+
+    Example:
+
+    >>> ds = tfring.data.tfrecord_dataset("data/train", batch_size=256, image_size=(224, 224))
+    >>> model.fit(ds, epochs=90)
+    """
+    import tfring
+
+    prefix_or_pattern = str(prefix_or_pattern)
+    remote.check_path(prefix_or_pattern)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"tfrecord_dataset: batch_size must be a positive int, got {batch_size!r}")
+    if shard not in ("auto", "file", "record", None):
+        raise ValueError(f"tfrecord_dataset: shard must be 'auto', 'file', 'record' or None, got {shard!r}")
+    meta, files = _resolve(prefix_or_pattern)
+    _check_sizes(files)
+    rank, size = (tfring.rank(), tfring.size()) if tfring.is_initialized() else (0, 1)
+    if shard is None:
+        size = 1
+    by_file = size > 1 and (shard == "file" or (shard == "auto" and len(files) >= size))
+    if by_file:
+        if len(files) < size:
+            raise ValueError(f"tfrecord_dataset: shard='file' needs at least {size} files, there are {len(files)}")
+        parts = [files[r::size] for r in range(size)]
+        per_rank = min(sum(s["count"] for _, s in part) for part in parts)
+        files = parts[rank]
+    else:
+        per_rank = sum(s["count"] for _, s in files) // size
+
+    paths = tf.constant([p for p, _ in files])
+    counts = tf.constant([s["count"] for _, s in files], tf.int64)
+    dataset = tf.data.Dataset.from_tensor_slices((paths, counts))
+    if shuffle:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.interleave(_counted_reader(_COMPRESSION[meta.compression], skip_corrupt),
+                                 cycle_length=min(len(files), 16), block_length=1,
+                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if size > 1 and not by_file:
+        dataset = dataset.shard(size, rank)
+    if size > 1:
+        dataset = dataset.take(per_rank)  # the same number of batches on every rank
+    if cache:
+        dataset = dataset.cache(cache if isinstance(cache, str) else "")
+    if shuffle:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    spec = _parse_spec(meta)
+    decode = _decoder(meta, decode_images, image_size)
+    label = meta.label
+
+    def parse(serialized):
+        features = decode(tf.io.parse_example(serialized, spec))
+        if label is None:
+            return features if len(features) > 1 else next(iter(features.values()))
+        target = features.pop(label)
+        return (features if len(features) > 1 else next(iter(features.values()))), target
+
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if map_fn is not None:
+        dataset = dataset.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if prefetch:
+        dataset = dataset.prefetch(tf.data.AUTOTUNE if prefetch == "auto" else int(prefetch))
+    options = tf.data.Options()
+    options.deterministic = bool(deterministic)
+    if size > 1:
+        # Already this rank's part: RingStrategy (and tf.distribute) must not shard it again.
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)

@@ -1,0 +1,47 @@
+"""The source interface and the error for an unreadable item."""
+
+import importlib
+
+
+class BadItem(ValueError):
+    """One item (a file, a row) of the source cannot be read; `skip_bad` skips these."""
+
+    def __init__(self, item, reason):
+        super().__init__(f"{item}: {reason}")
+        self.item = item
+        self.reason = reason
+
+
+class Source:
+    """Random access to the examples of a dataset being converted (see the package docstring)."""
+
+    features = ()
+    label = None
+    classes = None
+    description = {}
+
+    def __len__(self):
+        raise NotImplementedError
+
+    def item_name(self, index):
+        return f"example {index}"
+
+    def example(self, index):
+        raise NotImplementedError
+
+
+def require(module, package, what):
+    """Imports an optional reader, or says which package to install.
+
+    Args:
+        module: the module to import ("PIL.Image").
+        package: its pip name ("Pillow").
+        what: what needs it ("image folders").
+
+    Returns:
+        The module.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{what} need {package}: pip install {package}") from e
