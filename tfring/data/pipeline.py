@@ -265,11 +265,19 @@ def tfrecord_dataset(prefix_or_pattern, batch_size, *, shuffle=True, shuffle_buf
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if map_fn is not None:
         dataset = dataset.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    if prefetch:
-        dataset = dataset.prefetch(tf.data.AUTOTUNE if prefetch == "auto" else int(prefetch))
     options = tf.data.Options()
     options.deterministic = bool(deterministic)
     if size > 1:
         # Already this rank's part: RingStrategy (and tf.distribute) must not shard it again.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options)
+    dataset = dataset.with_options(options)
+    if prefetch:
+        gpus = tf.config.list_logical_devices("GPU")
+        if gpus and not tf.distribute.has_strategy():
+            # Batches wait on the GPU (the last transformation). Under a strategy, its distributed
+            # dataset does the copy. Not exercised on our CPU-only machines.
+            dataset = dataset.apply(tf.data.experimental.prefetch_to_device(
+                gpus[0].name, buffer_size=None if prefetch == "auto" else int(prefetch)))
+        else:
+            dataset = dataset.prefetch(tf.data.AUTOTUNE if prefetch == "auto" else int(prefetch))
+    return dataset

@@ -256,11 +256,13 @@ def write_tfrecords(source, output_prefix, format="auto", shard_size="128MB", nu
                 bar.add(1, len(data))
         size = tf.io.gfile.stat(partial).length
         digest = _sha256(partial)
-        tf.io.gfile.rename(partial, final, overwrite=True)
         record = {"file": os.path.basename(final), "count": count, "bytes": size, "sha256": digest}
+        # Record the checksum before the rename: a file under a final name is always in the plan
+        # (killed in between, the plan names a file that does not exist, and resume rewrites it).
         with lock:
             plan["done"][str(index)] = record
             meta_lib.write_json_atomically(plan_path, plan)
+        tf.io.gfile.rename(partial, final, overwrite=True)
         return record
 
     try:
