@@ -13,10 +13,11 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
+
+from tfring.strategy.launcher import free_port
 
 HERE = os.path.abspath(__file__)
 WORKLOADS = ("resnet50", "small1000")
@@ -168,11 +169,6 @@ def worker_mpi(args):
 
 # ---- the orchestrator ----
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _quiet_env(**extra):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
@@ -197,7 +193,7 @@ def _run_tfring(transport, repeats):
 
 
 def _run_mwms(repeats):
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     procs = []
     for i in range(2):
         tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": i}}

@@ -14,10 +14,11 @@ over rounds and the medians printed; scaling efficiency = images/s(2 ranks) / (2
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+
+from tfring.strategy.launcher import free_port
 
 HERE = os.path.abspath(__file__)
 PER_REPLICA = 64
@@ -119,11 +120,6 @@ def worker(kind):
             print("RESULT " + json.dumps({"peer": "MultiWorkerMirroredStrategy, 2 workers (custom loop)", "ips": ips}))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _env(**extra):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1")
@@ -158,7 +154,7 @@ def _run(key):
         proc = subprocess.run([sys.executable, HERE, "--worker", "mirrored"], capture_output=True, text=True,
                               env=_env(), timeout=1200)
         return _result(proc.stdout), proc.stderr
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     procs = [subprocess.Popen([sys.executable, HERE, "--worker", "mwms"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
                               env=_env(TF_CONFIG=json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from tfring.strategy.launcher import free_port
 from tfring.testing import QUIET_ENV
 from tfring.testing import rank_lines
 from tfring.testing import run_job
@@ -75,11 +76,6 @@ def test_ranks_read_disjoint_equal_parts(tmp_path, shards):
         assert int(steps) == len(ids[0]) // 2  # RingStrategy did not shard the batches again
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 S3_CONVERT_AND_READ = r'''
 import os, sys
@@ -111,7 +107,7 @@ def test_s3_paths_through_tensorflow_io(tmp_path):
             tfrecord_dataset("s3://bucket/data/train", 4)
         return
     pytest.importorskip("moto", reason="moto (in requirements/tf2.17.txt) provides the local S3 emulator")
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -1,18 +1,13 @@
 """Joining a job: a rank that never starts, and a process without the job secret."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
+from tfring.strategy.launcher import free_port
 
 INIT = "import tfring\ntry:\n    tfring.init()\n    print('JOINED', tfring.size())\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank(rank, size, port, secret, timeout="3"):
@@ -25,7 +20,7 @@ def _rank(rank, size, port, secret, timeout="3"):
 
 def test_rank_that_never_starts_fails_rendezvous_after_its_timeout():
     start = time.monotonic()
-    p = _rank(0, 2, _free_port(), "s")
+    p = _rank(0, 2, free_port(), "s")
     out, err = p.communicate(timeout=120)
     took = time.monotonic() - start
     assert "TimeoutError" in out and "rank 1" in out, (out, err)
@@ -33,7 +28,7 @@ def test_rank_that_never_starts_fails_rendezvous_after_its_timeout():
 
 
 def test_process_without_the_secret_is_refused_and_logged():
-    port = _free_port()
+    port = free_port()
     good = _rank(0, 2, port, "right", timeout="6")
     time.sleep(1.0)
     bad = _rank(1, 2, port, "wrong", timeout="6")
@@ -46,7 +41,7 @@ def test_process_without_the_secret_is_refused_and_logged():
 
 def test_ring_strategy_says_why_it_cannot_start():
     code = ("import tfring\ntry:\n    tfring.RingStrategy()\nexcept RuntimeError as e:\n    print('ERR', e)\n")
-    env = dict(os.environ, TFRING_RANK="0", TFRING_SIZE="2", TFRING_STORE_ADDR=f"127.0.0.1:{_free_port()}",
+    env = dict(os.environ, TFRING_RANK="0", TFRING_SIZE="2", TFRING_STORE_ADDR=f"127.0.0.1:{free_port()}",
                TFRING_SECRET="s", TFRING_JOB_ID="rs", TFRING_RENDEZVOUS_TIMEOUT="2", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert "ERR RingStrategy could not start tfring" in proc.stdout and "rank 1" in proc.stdout, proc.stdout

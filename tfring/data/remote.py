@@ -38,7 +38,7 @@ def check_path(path):
             f"(tensorflow-io 0.37.1, the last release, does not load on TensorFlow 2.18 or newer). Use the "
             f"reference stack (TensorFlow 2.17.1 + tensorflow-io 0.37.1) or copy the data to a local path.")
     try:
-        import tensorflow_io  # noqa: F401  (registers the file systems)
+        import tensorflow_io  # noqa: F401  (importing it registers the file systems)
     except Exception as e:
         raise RuntimeError(f"{scheme}:// paths need tensorflow-io: pip install tensorflow-io==0.37.1 ({e})") from e
     if scheme == "s3":

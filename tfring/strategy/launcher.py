@@ -61,7 +61,12 @@ def plan_slots(num_processes, hosts=None):
     return slots
 
 
-def _free_port():
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (for the store, tests and benchmarks).
+
+    Returns:
+        An int.
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -104,7 +109,7 @@ class Job:
         return env
 
     def start(self):
-        store_addr = f"127.0.0.1:{_free_port()}"
+        store_addr = f"127.0.0.1:{free_port()}"
         secret = secrets.token_hex(32)
         job_id = secrets.token_hex(6)
         for slot in self.slots:

@@ -1,6 +1,5 @@
 """`tfring run`: environment, output routing, exit codes, signal forwarding, and kill on failure."""
 
-import os
 import signal
 import subprocess
 import sys
