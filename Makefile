@@ -14,7 +14,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread
 BUILD := .build
 
-.PHONY: env demo test test-core test-python core-tests bench bench-deps clean
+.PHONY: env demo test test-core test-python core-tests cuda-harness test-cuda bench bench-deps clean
 
 env: $(STAMP)
 
@@ -53,6 +53,22 @@ test-python: env
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test: test-core test-python
+
+# The CUDA kernels (tfring/ops/cc/cuda) in their framework-free harness, built wherever nvcc is;
+# run (plain and under compute-sanitizer memcheck) only where a GPU is visible.
+NVCC ?= nvcc
+CUDA_ARCH ?= sm_90
+CUDA_SRCS := $(wildcard tfring/ops/cc/cuda/*.cu) tfring/ops/cc/cuda/tests/cuda_harness.cu $(CORE)/reduce.cc $(CORE)/lars.cc
+$(BUILD)/cuda_harness: $(CUDA_SRCS) $(wildcard tfring/ops/cc/cuda/*.h tfring/ops/cc/cuda/*.cuh) $(CORE_HDRS)
+	@mkdir -p $(BUILD)
+	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall $(CUDA_SRCS) -o $@
+cuda-harness: $(BUILD)/cuda_harness
+test-cuda:
+	@if ! command -v $(NVCC) >/dev/null 2>&1; then echo "test-cuda: no nvcc here: the CUDA kernels were not built"; exit 0; fi; \
+	$(MAKE) cuda-harness && \
+	if nvidia-smi -L >/dev/null 2>&1; then \
+	  $(BUILD)/cuda_harness && compute-sanitizer --tool memcheck --error-exitcode 1 $(BUILD)/cuda_harness --quick; \
+	else echo "test-cuda: no GPU here: the CUDA kernels were compiled, not run"; fi
 
 # Benchmarks are not tests: they print measured tables (see README).
 bench-deps: env

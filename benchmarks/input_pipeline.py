@@ -11,11 +11,13 @@ interleaved over repeats (medians):
   prefetch;
 - loose files (JPEGs only): list_files -> read_file -> decode -> batch, no parallelism.
 Every pipeline decodes the images (JPEG -> uint8, patches -> uint16) so they do the same work.
-Target: tfring >= 3x the naive pipeline.
+Target: tfring >= 3x the naive pipeline. Beside records/s it prints the process CPU time per record
+and the cores kept busy, which tell apart doing less work per record from using more cores.
 """
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -72,12 +74,18 @@ def _loose_jpegs(root):
     return build
 
 
+def _cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _time_pass(dataset):
-    start = time.perf_counter()
+    """(records/s, process CPU seconds per record) of one pass."""
+    start, cpu = time.perf_counter(), _cpu_seconds()
     records = 0
     for x, _ in dataset:
         records += int(x.shape[0])
-    return records / (time.perf_counter() - start)
+    return records / (time.perf_counter() - start), (_cpu_seconds() - cpu) / records
 
 
 def main():
@@ -142,15 +150,18 @@ def main():
                 times[key].append(_time_pass(dataset))
         print(f"\ninput pipeline, records/s (one pass, batch {args.batch}), {os.cpu_count()} cores, "
               f"TF {tf.__version__}, medians of {args.repeats}")
-        print(f"| {'data':<36} | {'pipeline':<26} | {'records/s':>10} | {'x naive':>7} |")
-        print(f"|{'-' * 38}|{'-' * 28}|{'-' * 11}:|{'-' * 8}:|")
+        print(f"| {'data':<36} | {'pipeline':<26} | {'records/s':>10} | {'x naive':>7} | {'CPU us/record':>13} "
+              f"| {'cores busy':>10} |")
+        print(f"|{'-' * 38}|{'-' * 28}|{'-' * 11}:|{'-' * 8}:|{'-' * 14}:|{'-' * 11}:|")
         labels = {"jpegs": f"{args.jpegs} JPEGs 32x32", "patches": f"{args.patches} patches 120x120x12 uint16"}
         for data in ("jpegs", "patches"):
-            naive = statistics.median(times[(data, "naive TFRecord pipeline")])
+            naive = statistics.median(r for r, _ in times[(data, "naive TFRecord pipeline")])
             for (d, peer), samples in times.items():
                 if d == data:
-                    med = statistics.median(samples)
-                    print(f"| {labels[data]:<36} | {peer:<26} | {med:>10.0f} | {med / naive:>7.2f} |")
+                    med = statistics.median(r for r, _ in samples)
+                    cpu = statistics.median(c for _, c in samples)
+                    print(f"| {labels[data]:<36} | {peer:<26} | {med:>10.0f} | {med / naive:>7.2f} | "
+                          f"{cpu * 1e6:>13.1f} | {cpu * med:>10.2f} |")
         for name, (rps, mbps, size) in convert.items():
             print(f"converter, {labels[name]}: {rps:.0f} records/s, {mbps:.1f} MB/s ({size:.0f} MB in 16 shards)")
     finally:
