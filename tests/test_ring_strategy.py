@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tfring.testing import QUIET_ENV
+from tfring.testing import rank_lines
 from tfring.testing import run_job
 
 FIT = r'''
@@ -135,23 +136,36 @@ with strategy.scope():
     inp = keras.Input((2,))
     m = Custom(inp, keras.layers.Dense(1)(inp))
     m.compile()
-m.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, shuffle=False)
+m.fit(x / 32, x[:, :1] / 32, batch_size=8, epochs=2, verbose=0, shuffle=False)
 w = np.concatenate([t.numpy().ravel() for t in m.weights])
 gw = tfring.ops.allgather(tf.reshape(w, [1, -1])).numpy()
 print("CUSTOM_STEP_SAME", bool(np.all(gw == gw[0])), np.round(w, 5).tolist())
 '''
 
 
-def test_custom_loops_variables_and_train_step():
-    proc = run_job(2, CUSTOM)
+def _custom_loop_job(ranks):
+    """Runs CUSTOM on `ranks` ranks, checks what every rank printed, returns rank 0's weights."""
+    proc = run_job(ranks, CUSTOM)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for r in range(2):
-        lines = [l.split("] ", 1)[1] for l in proc.stdout.splitlines() if l.startswith(f"[{r}] ")]
-        assert "REPLICAS 2" in lines
+    weights = []
+    for r in range(ranks):
+        lines = rank_lines(proc.stdout, r)
+        assert f"REPLICAS {ranks}" in lines
         assert "SAME_INIT True" in lines
         assert "CUSTOM_SUM 496.0 496.0" in lines
-        assert "CONTEXT (2, %d, 4) 496.0" % r in lines
-        assert any(l.startswith("CUSTOM_STEP_SAME True") for l in lines), lines
+        assert "CONTEXT (%d, %d, %d) 496.0" % (ranks, r, 8 // ranks) in lines
+        step = [l for l in lines if l.startswith("CUSTOM_STEP_SAME True")]
+        assert step, lines
+        weights.append(json.loads(step[0].split(" ", 2)[2]))
+    return weights[0]
+
+
+def test_custom_loops_variables_and_train_step_on_one_and_two_ranks():
+    # Custom loops work on 1 and on 2 ranks, and the custom train_step on the same global batches
+    # ends with the same weights on both.
+    one = _custom_loop_job(1)
+    two = _custom_loop_job(2)
+    np.testing.assert_allclose(two, one, rtol=0, atol=1e-5)
 
 
 BAD = r'''
