@@ -14,7 +14,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread
 BUILD := .build
 
-.PHONY: env demo test test-core test-python core-tests cuda-harness test-cuda bench bench-deps clean
+.PHONY: env demo test test-core test-python core-tests cuda-harness test-cuda test-gpu-build bench bench-deps clean
 
 env: $(STAMP)
 
@@ -62,13 +62,36 @@ CUDA_SRCS := $(wildcard tfring/ops/cc/cuda/*.cu) tfring/ops/cc/cuda/tests/cuda_h
 $(BUILD)/cuda_harness: $(CUDA_SRCS) $(wildcard tfring/ops/cc/cuda/*.h tfring/ops/cc/cuda/*.cuh) $(CORE_HDRS)
 	@mkdir -p $(BUILD)
 	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall $(CUDA_SRCS) -o $@
-cuda-harness: $(BUILD)/cuda_harness
+# The ring over GPU tensors (pinned staging) with the real engine and ring on thread-ranks.
+STAGING_SRCS := tfring/ops/cc/cuda/pinned_staging.cu tfring/ops/cc/cuda/tests/staging_test.cu \
+	$(filter-out $(CORE)/c_api.cc,$(wildcard $(CORE)/*.cc)) $(CORE)/tests/test_main.cc
+$(BUILD)/staging_test: $(STAGING_SRCS) $(wildcard tfring/ops/cc/cuda/*.h) $(CORE_HDRS)
+	@mkdir -p $(BUILD)
+	$(NVCC) -std=c++17 -O2 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall,-pthread $(STAGING_SRCS) -o $@ -lrt
+cuda-harness: $(BUILD)/cuda_harness $(BUILD)/staging_test
 test-cuda:
 	@if ! command -v $(NVCC) >/dev/null 2>&1; then echo "test-cuda: no nvcc here: the CUDA kernels were not built"; exit 0; fi; \
 	$(MAKE) cuda-harness && \
 	if nvidia-smi -L >/dev/null 2>&1; then \
-	  $(BUILD)/cuda_harness && compute-sanitizer --tool memcheck --error-exitcode 1 $(BUILD)/cuda_harness --quick; \
-	else echo "test-cuda: no GPU here: the CUDA kernels were compiled, not run"; fi
+	  $(BUILD)/cuda_harness && compute-sanitizer --tool memcheck --error-exitcode 1 $(BUILD)/cuda_harness --quick && \
+	  $(BUILD)/staging_test && compute-sanitizer --tool memcheck --error-exitcode 1 $(BUILD)/staging_test staging_; \
+	else echo "test-cuda: no GPU here: the CUDA kernels and their harnesses were compiled, not run"; fi
+
+# The op library as built by a GPU build of TensorFlow: nvcc compiles the CUDA kernels, the
+# GOOGLE_CUDA kernels register on DEVICE_GPU, the library links and loads, and the op, LARS and
+# collective tests pass against it (on the CPU: no GPU needed). Skipped where there is no nvcc.
+GPU_VENV := .venv-gpu-build
+test-gpu-build:
+	@if ! command -v $(NVCC) >/dev/null 2>&1; then echo "test-gpu-build: no nvcc here: skipped"; exit 0; fi; \
+	set -e; test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV); \
+	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip; \
+	$(GPU_VENV)/bin/python -m pip install -q -r requirements/tf2.17-gpu-build.txt; \
+	$(GPU_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps -e .; \
+	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -c "import tensorflow as tf; from tfring.ops import _library; \
+	from tensorflow.python.framework import kernels as k; assert _library.has_gpu_kernels(), 'no GPU kernels built'; \
+	print('GPU kernels:', {op: sorted({d.device_type for d in k.get_registered_kernels_for_op(op).kernel}) \
+	for op in ('TfringAllreduce', 'TfringBroadcast', 'TfringLarsUpdate')})"; \
+	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -m pytest -q tfring/ops tfring/optimizers tests/test_collectives.py
 
 # Benchmarks are not tests: they print measured tables (see README).
 bench-deps: env

@@ -65,6 +65,19 @@ def load():
     return _loaded
 
 
+def has_gpu_kernels():
+    """True when the loaded op library was built with its GPU kernels (see `tfring.ops.build`).
+
+    Returns:
+        bool; the library is loaded (and built if needed) first.
+    """
+    import tensorflow as tf
+
+    load()
+    info = _build.read_build_info(_build.library_dir(tf.__version__)) or {}
+    return bool(info.get("gpu"))
+
+
 def _declare(c):
     c.tfring_init.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     c.tfring_init.restype = ctypes.c_int

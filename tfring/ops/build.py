@@ -22,9 +22,81 @@ INFO_NAME = "_build_info.json"
 
 
 def _sources():
+    """(core, CPU kernels, GPU kernels, CUDA kernels) source files."""
     core = sorted(glob.glob(os.path.join(CC_DIR, "core", "*.cc")))
     kernels = sorted(glob.glob(os.path.join(CC_DIR, "kernels", "*.cc")))
-    return core, kernels
+    gpu_kernels = [k for k in kernels if k.endswith("_gpu.cc")]
+    cuda = sorted(glob.glob(os.path.join(CC_DIR, "cuda", "*.cu")))
+    return core, [k for k in kernels if k not in gpu_kernels], gpu_kernels, cuda
+
+
+def find_nvcc():
+    """The nvcc to use: on PATH, else $CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc; None if none."""
+    for candidate in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "nvcc"),
+                      "/usr/local/cuda/bin/nvcc"):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def gpu_toolchain(built_with_cuda):
+    """`(nvcc, cuda_root, None)` when the GPU kernels can be built here, else `(None, None, reason)`.
+
+    They are built where TensorFlow itself was built with CUDA and nvcc is present; elsewhere the
+    library is CPU-only (tensorflow-cpu, or no CUDA toolkit).
+    """
+    if not built_with_cuda:
+        return None, None, "this TensorFlow is not built with CUDA"
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return None, None, "nvcc was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
+    root = cuda_root(nvcc)
+    if root is None:
+        return None, None, f"the CUDA headers of {nvcc} were not found (set CUDA_HOME)"
+    return nvcc, root, None
+
+
+def cuda_root(nvcc):
+    """The CUDA toolkit folder (holding include/cuda_runtime.h) that goes with `nvcc`, or None.
+    nvcc may be a wrapper script elsewhere, so $CUDA_HOME and /usr/local/cuda are tried too."""
+    for root in (os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), os.environ.get("CUDA_HOME", ""),
+                 "/usr/local/cuda"):
+        if root and os.path.isfile(os.path.join(root, "include", "cuda_runtime.h")):
+            return root
+    return None
+
+
+# PTX for Turing and newer (JIT-compiled by the driver), machine code for Ampere and Hopper.
+CUDA_GENCODE = ["-gencode=arch=compute_75,code=compute_75", "-gencode=arch=compute_80,code=sm_80",
+                "-gencode=arch=compute_90,code=sm_90"]
+
+
+def _system_includes(flags):
+    # TF's headers as system headers: their own warnings (absl's CHECK macros redefining TF's) are
+    # not ours to see.
+    return [("-isystem" + f[2:]) if f.startswith("-I") else f for f in flags]
+
+
+def check_gpu_glue(nvcc=None):
+    """Compiles the TF GPU kernels (GOOGLE_CUDA) for syntax only, against this TensorFlow's headers.
+
+    Lets a machine without a GPU TensorFlow (CI) check that the GPU glue compiles; it needs only
+    the CUDA headers. Returns the number of files checked (0 without nvcc and its headers).
+    """
+    _, compile_flags, _ = _tf_flags()
+    nvcc = nvcc or find_nvcc()
+    root = cuda_root(nvcc) if nvcc else None
+    if root is None:
+        return 0
+    include = os.path.join(root, "include")
+    _, _, gpu_kernels, _ = _sources()
+    for src in gpu_kernels:
+        cmd = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-DGOOGLE_CUDA=1", "-isystem", include]
+        cmd += _system_includes(compile_flags) + [src]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"checking {src} failed:\n{' '.join(cmd)}\n{proc.stderr}")
+    return len(gpu_kernels)
 
 
 def _tf_flags():
@@ -35,11 +107,33 @@ def _tf_flags():
     return tf.__version__, compile_flags, link_flags
 
 
+def _built_with_cuda():
+    import tensorflow as tf
+
+    return tf.test.is_built_with_cuda()
+
+
+def cuda_version_note(nvcc):
+    """A warning when nvcc's CUDA major version differs from the one TensorFlow was built with
+    (kernels then run under TensorFlow's CUDA runtime, which may refuse them), else None."""
+    import re
+
+    import tensorflow as tf
+
+    wanted = str(tf.sysconfig.get_build_info().get("cuda_version", ""))
+    proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+    found = re.search(r"release (\d+)\.(\d+)", proc.stdout)
+    if not wanted or not found or wanted.split(".")[0] == found.group(1):
+        return None
+    return (f"warning: nvcc is CUDA {found.group(1)}.{found.group(2)} but TensorFlow {tf.__version__} was built with "
+            f"CUDA {wanted}; if the GPU kernels fail to load or launch, build with an nvcc of CUDA {wanted}")
+
+
 def source_digest():
     """A digest of every C++ source and header, so edits trigger a rebuild."""
     h = hashlib.sha256()
     for path in sorted(glob.glob(os.path.join(CC_DIR, "**", "*"), recursive=True)):
-        if path.endswith((".cc", ".h")) and "/tests/" not in path:
+        if path.endswith((".cc", ".h", ".cu", ".cuh")) and "/tests/" not in path:
             h.update(os.path.relpath(path, CC_DIR).encode())
             with open(path, "rb") as f:
                 h.update(f.read())
@@ -47,9 +141,10 @@ def source_digest():
 
 
 def library_dir(tf_version, base=HERE):
-    """Where the library for one TensorFlow version lives: one folder per version, so that
-    environments with different TensorFlows can share a source checkout."""
-    return os.path.join(base, "lib", "tf" + tf_version)
+    """Where the library for one TensorFlow lives: one folder per version and flavour (a GPU build
+    of TensorFlow gets `-cuda`), so that environments with different TensorFlows can share a source
+    checkout."""
+    return os.path.join(base, "lib", "tf" + tf_version + ("-cuda" if _built_with_cuda() else ""))
 
 
 def read_build_info(directory):
@@ -73,38 +168,54 @@ def build(base=HERE, verbose=True, jobs=None):
         The path of the built library.
     """
     tf_version, compile_flags, link_flags = _tf_flags()
+    compile_flags = _system_includes(compile_flags)
     output_dir = library_dir(tf_version, base)
     abi = [f for f in compile_flags if f.startswith("-D_GLIBCXX_USE_CXX11_ABI")]
     base = ["g++", "-std=c++17", "-O3", "-fPIC", "-Wall", "-pthread"]
-    core, kernels = _sources()
+    core, kernels, gpu_kernels, cuda = _sources()
+    nvcc, cuda_root, no_gpu = gpu_toolchain(_built_with_cuda())
     jobs = jobs or os.cpu_count() or 2
     tmp = tempfile.mkdtemp(prefix="tfring-build-")
 
-    def compile_one(src, flags):
+    def compile_one(src, flags, compiler=None):
         obj = os.path.join(tmp, os.path.basename(os.path.dirname(src)) + "_" + os.path.basename(src) + ".o")
-        cmd = base + flags + ["-c", src, "-o", obj]
+        cmd = (compiler or base) + flags + ["-c", src, "-o", obj]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"compiling {src} failed:\n{' '.join(cmd)}\n{proc.stderr}")
         return obj
 
     if verbose:
+        gpu = f"with the GPU kernels ({nvcc})" if nvcc else f"CPU only: {no_gpu}"
+    version_note = cuda_version_note(nvcc) if nvcc else None
+    if verbose and version_note:
+        print(f"tfring: {version_note}", file=sys.stderr, flush=True)
         print(f"tfring: building the op library for TensorFlow {tf_version} "
-              f"({len(core) + len(kernels)} files)", file=sys.stderr, flush=True)
+              f"({len(core) + len(kernels) + (len(gpu_kernels) + len(cuda) if nvcc else 0)} files, {gpu})",
+              file=sys.stderr, flush=True)
     try:
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             futures = [pool.submit(compile_one, s, abi) for s in core]
             futures += [pool.submit(compile_one, s, compile_flags) for s in kernels]
+            gpu_link = []
+            if nvcc:
+                cuda_include = ["-isystem", os.path.join(cuda_root, "include")]
+                nvcc_cmd = [nvcc, "-std=c++17", "-O3", "-Xcompiler", "-fPIC,-Wall"] + CUDA_GENCODE
+                futures += [pool.submit(compile_one, s, abi, nvcc_cmd) for s in cuda]
+                futures += [pool.submit(compile_one, s, compile_flags + ["-DGOOGLE_CUDA=1"] + cuda_include)
+                            for s in gpu_kernels]
+                gpu_link = ["-L" + os.path.join(cuda_root, "lib64"), "-lcudart"]
             objects = [f.result() for f in futures]
         os.makedirs(output_dir, exist_ok=True)
         target = os.path.join(output_dir, LIBRARY_NAME)
         partial = target + f".tmp{os.getpid()}"
-        cmd = base + ["-shared", "-o", partial] + objects + link_flags + ["-lrt"]
+        cmd = base + ["-shared", "-o", partial] + objects + link_flags + gpu_link + ["-lrt"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"linking {LIBRARY_NAME} failed:\n{' '.join(cmd)}\n{proc.stderr}")
         os.replace(partial, target)  # atomic: a concurrent import never sees half a library
-        info = {"tensorflow": tf_version, "sources": source_digest()}
+        info = {"tensorflow": tf_version, "sources": source_digest(), "gpu": bool(nvcc),
+                "gpu_note": (version_note or f"built with {nvcc}") if nvcc else no_gpu}
         info_tmp = os.path.join(output_dir, INFO_NAME + f".tmp{os.getpid()}")
         with open(info_tmp, "w") as f:
             json.dump(info, f)
@@ -115,4 +226,9 @@ def build(base=HERE, verbose=True, jobs=None):
 
 
 if __name__ == "__main__":
-    print(build())
+    if sys.argv[1:] == ["--check-gpu-glue"]:
+        n = check_gpu_glue()
+        print(f"tfring: the TF GPU kernels compile (GOOGLE_CUDA, {n} files)" if n else
+              "tfring: no nvcc here: the TF GPU kernels were not checked")
+    else:
+        print(build())

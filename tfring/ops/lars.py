@@ -34,8 +34,9 @@ def velocity_dtype(dtype):
 def fused_unavailable_reason(variable):
     """Why the fused op cannot update `variable` here, or None when it can.
 
-    The op has a CPU kernel and no XLA kernel: variables on other devices, and XLA-compiled
-    functions, use the composed update.
+    The op has a CPU kernel, GPU kernels for float16 and float32 variables where the library was
+    built with them (a GPU build of TensorFlow and nvcc), and no XLA kernel: variables elsewhere, and
+    XLA-compiled functions, use the composed update.
 
     Args:
         variable: the variable to update.
@@ -47,9 +48,14 @@ def fused_unavailable_reason(variable):
         _library.load()
     except ImportError as e:
         return f"the op library is unavailable ({e})"
-    device = _tf_variable(variable).device or ""
-    if device and "CPU" not in device.upper():
-        return f"the variable lives on {device} (the fused op has a CPU kernel only)"
+    device = (_tf_variable(variable).device or "").upper()
+    if "GPU" in device:
+        if not _library.has_gpu_kernels():
+            return f"the variable lives on {device} and the op library was built without GPU kernels"
+        if tf.as_dtype(variable.dtype) not in (tf.float16, tf.float32):
+            return f"the GPU kernel updates float16 and float32 variables, not {tf.as_dtype(variable.dtype).name}"
+    elif device and "CPU" not in device:
+        return f"the variable lives on {device} (the fused op has CPU and GPU kernels only)"
     from tensorflow.python.ops import control_flow_util
 
     if not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -26,8 +27,8 @@ def test_library_built_for_another_tensorflow_is_rebuilt_with_one_line(tmp_path)
     copy = tmp_path / "src"
     shutil.copytree(os.path.join(pkg_root, "tfring"), copy / "tfring",
                     ignore=shutil.ignore_patterns("__pycache__", ".build.lock"))
-    lib_dir = copy / "tfring" / "ops" / "lib" / ("tf" + tf.__version__)
-    info_path = lib_dir / build.INFO_NAME
+    lib_dir = build.library_dir(tf.__version__, str(copy / "tfring" / "ops"))
+    info_path = pathlib.Path(lib_dir) / build.INFO_NAME
     info = json.loads(info_path.read_text())
     info["tensorflow"] = "0.0.1"
     info_path.write_text(json.dumps(info))
@@ -47,3 +48,41 @@ def test_unwritable_install_names_the_command(monkeypatch):
     monkeypatch.setattr(_library.os, "access", lambda path, mode: False)
     with pytest.raises(_library.LibraryError, match="pip install --no-build-isolation --force-reinstall"):
         _library._ensure_built(tf.__version__)
+
+
+def test_cpu_tensorflow_builds_without_gpu_kernels_and_says_why():
+    _library.load()
+    info = build.read_build_info(build.library_dir(tf.__version__))
+    if tf.test.is_built_with_cuda():
+        pytest.skip("a GPU build of TensorFlow: the GPU kernels are built where nvcc is")
+    assert info["gpu"] is False and info["gpu_note"] == "this TensorFlow is not built with CUDA"
+    assert _library.has_gpu_kernels() is False
+
+
+def test_gpu_toolchain_needs_a_cuda_tensorflow_nvcc_and_its_headers(monkeypatch, tmp_path):
+    assert build.gpu_toolchain(False) == (None, None, "this TensorFlow is not built with CUDA")
+    monkeypatch.setattr(build, "find_nvcc", lambda: None)
+    assert "nvcc was not found" in build.gpu_toolchain(True)[2]
+    # An nvcc whose toolkit has no headers (and no CUDA_HOME that has them) is refused too.
+    fake = tmp_path / "bin" / "nvcc"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(build, "find_nvcc", lambda: str(fake))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(build.os.path, "isfile", lambda p: p == str(fake))
+    assert "CUDA headers" in build.gpu_toolchain(True)[2]
+    # With headers beside it, that toolkit is used.
+    monkeypatch.undo()
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda_runtime.h").write_text("")
+    monkeypatch.setattr(build, "find_nvcc", lambda: str(fake))
+    assert build.gpu_toolchain(True) == (str(fake), str(tmp_path), None)
+
+
+def test_gpu_kernels_compile_against_this_tensorflow_where_nvcc_is():
+    # The GOOGLE_CUDA glue (collective_kernels_gpu.cc, lars_kernel_gpu.cc) must compile against the
+    # installed TensorFlow's headers; this needs only the CUDA headers, not a GPU.
+    if build.find_nvcc() is None or build.cuda_root(build.find_nvcc()) is None:
+        pytest.skip("no nvcc (and CUDA headers) on this machine")
+    assert build.check_gpu_glue() == 2

@@ -312,3 +312,23 @@ def test_xla_uses_the_composed_update():
     model.compile(optimizer=LARS(0.1), loss="mse", jit_compile=True)
     model.fit(np.ones((8, 5), "float32"), np.zeros((8, 3), "float32"), verbose=0)
     assert all(np.all(np.isfinite(w.numpy())) for w in model.weights)
+
+
+class _PlacedVariable:
+    """Stands in for a variable on another device (this machine has no GPU)."""
+
+    def __init__(self, device, dtype):
+        self.device, self.dtype = device, dtype
+
+
+def test_fused_op_on_gpu_variables_only_with_gpu_kernels(monkeypatch):
+    gpu = "/job:localhost/replica:0/task:0/device:GPU:0"
+    monkeypatch.setattr(lars_ops._library, "has_gpu_kernels", lambda: False)
+    assert "built without GPU kernels" in lars_ops.fused_unavailable_reason(_PlacedVariable(gpu, tf.float32))
+    monkeypatch.setattr(lars_ops._library, "has_gpu_kernels", lambda: True)
+    assert lars_ops.fused_unavailable_reason(_PlacedVariable(gpu, tf.float32)) is None
+    assert lars_ops.fused_unavailable_reason(_PlacedVariable(gpu, tf.float16)) is None
+    assert "not float64" in lars_ops.fused_unavailable_reason(_PlacedVariable(gpu, tf.float64))
+    assert "CPU and GPU kernels only" in lars_ops.fused_unavailable_reason(
+        _PlacedVariable("/job:localhost/replica:0/task:0/device:TPU:0", tf.float32))
+    assert lars_ops.fused_unavailable_reason(_PlacedVariable("/device:CPU:0", tf.float64)) is None

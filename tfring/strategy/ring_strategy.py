@@ -239,6 +239,19 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         return self._rank == 0
 
 
+def replica_device(visible_gpus, local_rank):
+    """The default device of a rank's replica: its GPU when there are any, else the CPU.
+
+    Args:
+        visible_gpus: how many GPUs this process sees.
+        local_rank: the rank's index among the ranks on its host.
+
+    Returns:
+        A device string: "/gpu:K" with K = local_rank % visible_gpus, or "/cpu:0".
+    """
+    return f"/gpu:{local_rank % visible_gpus}" if visible_gpus > 0 else "/cpu:0"
+
+
 class RingStrategy(tf.distribute.OneDeviceStrategy):
     """Synchronous data parallelism with one replica per process, over tfring's ring allreduce.
 
@@ -251,6 +264,9 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
         fusion_threshold_bytes: most bytes per fused allreduce pass (see `tfring.init`).
         compression: None, "fp16" or "bf16": gradients travel in that type and are cast back.
         timeout: seconds a collective may stall before it fails with `UnavailableError`.
+        device: where this rank's replica runs. None (default): GPU `local_rank % visible GPUs`
+            where TensorFlow sees a GPU (give each process its own GPU, e.g. with
+            CUDA_VISIBLE_DEVICES, or let the local rank choose), else the CPU.
 
     Example:
 
@@ -261,7 +277,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
     >>> model.fit(x, y, batch_size=64, epochs=1)
     """
 
-    def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None):
+    def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None):
         wire = {None: None, "none": None, "fp16": tf.float16, "bf16": tf.bfloat16}
         if compression not in wire:
             raise ValueError(f"RingStrategy: compression must be None, 'fp16' or 'bf16', got {compression!r}")
@@ -273,5 +289,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
         self.size = tfring.size()
         checkpointing.install()
         scope_check.install()
-        extended = RingExtended(self, "/cpu:0", self.rank, self.size, wire[compression])
+        if device is None:
+            device = replica_device(len(tf.config.list_logical_devices("GPU")), tfring.local_rank())
+        extended = RingExtended(self, device, self.rank, self.size, wire[compression])
         distribute_lib.Strategy.__init__(self, extended)

@@ -150,6 +150,11 @@ void Engine::execute(Request& r) {
   const Deadline deadline = Deadline::after(config_.collectiveTimeout);
   try {
     validate(r, deadline);
+    if (r.staged) {
+      staged(r, deadline);
+      r.done(Status());
+      return;
+    }
     switch (r.kind) {
       case OpKind::kAllreduce:
         allreduce(r, deadline);
@@ -240,6 +245,21 @@ void Engine::allreduce(Request& r, Deadline d) {
     }
     i = j;
   }
+}
+
+void Engine::staged(Request& r, Deadline d) {
+  if (r.kind != OpKind::kAllreduce && r.kind != OpKind::kBroadcast) {
+    throw Error(Code::kInvalidArgument, std::string("tfring.") + kindName(r.kind) + " '" + r.name +
+                                            "': only allreduce and broadcast take staged (device) tensors");
+  }
+  r.staged([&](void* data, size_t bytes) {
+    IoList piece = {{data, bytes}};
+    if (r.kind == OpKind::kAllreduce) {
+      ringAllreduce(transport_.get(), config_.size, piece, piece, r.type, r.op, d);
+    } else {
+      ringBroadcast(transport_.get(), config_.size, r.root, piece, d);
+    }
+  });
 }
 
 void Engine::allgather(Request& r, Deadline d) {

@@ -41,6 +41,10 @@ struct TensorRef {
   std::vector<int64_t> shape;
 };
 
+// The host part of a collective whose tensors live elsewhere (GPU memory): runs the request's
+// collective in place on `bytes` bytes at `data`, a host buffer. Throws as the ring does.
+using HostCollective = std::function<void(void* data, size_t bytes)>;
+
 struct Request {
   OpKind kind = OpKind::kAllreduce;
   std::string name;
@@ -52,6 +56,11 @@ struct Request {
   // returns where the gathered tensor goes (null and *error set on failure).
   std::function<void*(const std::vector<int64_t>& firstDims, std::string* error)> allocate;
   std::function<void(const Status&)> done;
+  // Allreduce and broadcast of tensors the engine must not touch (device memory): `tensors` only
+  // describe them (shapes, sizes, for validation), and the engine calls `staged` with the host
+  // collective instead. It moves the data through host buffers (cuda/pinned_staging.h), calling
+  // the collective once per piece, pieces in the same order and of the same sizes on every rank.
+  std::function<void(const HostCollective&)> staged;
 };
 
 class Engine {
@@ -68,6 +77,7 @@ class Engine {
   void execute(Request& r);
   void validate(const Request& r, Deadline d);
   void allreduce(Request& r, Deadline d);
+  void staged(Request& r, Deadline d);
   void allgather(Request& r, Deadline d);
   // Records a fatal failure, aborts the transport and fails everything queued.
   Status fail(const std::string& what, int peer);

@@ -1,15 +1,13 @@
 // Thin AsyncOpKernels over the engine: validate, allocate (forwarding inputs in place when TF
 // allows), hand raw pointers to the engine, and return; the engine calls done() when the ring
 // has finished. No algorithm lives here, and no TF inter-op thread ever blocks on a peer.
+#include "collective_kernels.h"
+
 #include <memory>
 
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/errors.h"
-#include "../core/runtime.h"
 
 namespace tfring {
-namespace {
 
 using tensorflow::AsyncOpKernel;
 using tensorflow::OpKernelConstruction;
@@ -17,7 +15,17 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
+namespace {
 constexpr size_t kForwardAbove = 64 << 10;
+
+ReduceOp parseReduceOp(const std::string& s) {
+  if (s == "mean") return ReduceOp::kMean;
+  if (s == "min") return ReduceOp::kMin;
+  if (s == "max") return ReduceOp::kMax;
+  if (s == "product") return ReduceOp::kProduct;
+  return ReduceOp::kSum;
+}
+}  // namespace
 
 absl::Status toTf(const Status& s) {
   switch (s.code) {
@@ -30,7 +38,6 @@ absl::Status toTf(const Status& s) {
   return tensorflow::errors::Internal(s.message);
 }
 
-// The core's type for a TF dtype; false for types the op attrs already exclude.
 bool coreType(tensorflow::DataType t, DataType* out) {
   switch (t) {
     case tensorflow::DT_HALF: *out = DataType::kFloat16; return true;
@@ -45,21 +52,12 @@ bool coreType(tensorflow::DataType t, DataType* out) {
   }
 }
 
-ReduceOp parseReduceOp(const std::string& s) {
-  if (s == "mean") return ReduceOp::kMean;
-  if (s == "min") return ReduceOp::kMin;
-  if (s == "max") return ReduceOp::kMax;
-  if (s == "product") return ReduceOp::kProduct;
-  return ReduceOp::kSum;
-}
-
 std::vector<int64_t> dims(const TensorShape& s) {
   std::vector<int64_t> d;
   for (int i = 0; i < s.dims(); ++i) d.push_back(s.dim_size(i));
   return d;
 }
 
-// Shared by every kernel: the runtime, or an error that says to call init.
 std::shared_ptr<Runtime> runtimeOrFail(OpKernelContext* ctx) {
   auto rt = Runtime::current();
   if (!rt) {
@@ -77,56 +75,50 @@ std::function<void(const Status&)> finisher(OpKernelContext* ctx, AsyncOpKernel:
   };
 }
 
-// Allreduce and broadcast: N inputs to N outputs of the same shapes.
-class ListCollectiveOp : public AsyncOpKernel {
- public:
-  ListCollectiveOp(OpKernelConstruction* c, OpKind kind) : AsyncOpKernel(c), kind_(kind) {
-    if (kind == OpKind::kAllreduce) {
-      std::string op;
-      OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
-      op_ = parseReduceOp(op);
+ListCollectiveOp::ListCollectiveOp(OpKernelConstruction* c, OpKind kind) : AsyncOpKernel(c), kind_(kind) {
+  if (kind == OpKind::kAllreduce) {
+    std::string op;
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
+    op_ = parseReduceOp(op);
+  } else {
+    OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+  }
+}
+
+void ListCollectiveOp::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
+  auto rt = runtimeOrFail(ctx);
+  if (!rt) return done();
+  Request req;
+  req.kind = kind_;
+  req.name = name();
+  req.op = op_;
+  req.root = root_;
+  OP_REQUIRES_ASYNC(ctx, coreType(ctx->input_dtype(0), &req.type),
+                    tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
+  if (kind_ == OpKind::kBroadcast && root_ >= rt->config().size) {
+    ctx->SetStatus(tensorflow::errors::InvalidArgument(
+        "tfring.broadcast: root_rank ", root_, " is not a rank of this job of size ", rt->config().size));
+    return done();
+  }
+  for (int i = 0; i < ctx->num_inputs(); ++i) {
+    const Tensor& in = ctx->input(i);
+    Tensor* out = nullptr;
+    // Reusing a big input's buffer saves memory; for small tensors asking TF whether it may be
+    // reused costs more than a fresh allocation.
+    if (in.TotalBytes() >= kForwardAbove) {
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out), done);
     } else {
-      OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, in.shape(), &out), done);
     }
+    req.tensors.push_back({in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
+                           static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
   }
+  if (!prepare(ctx, *rt, &req)) return done();
+  req.done = finisher(ctx, done);
+  rt->engine().enqueue(std::move(req));
+}
 
-  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    auto rt = runtimeOrFail(ctx);
-    if (!rt) return done();
-    Request req;
-    req.kind = kind_;
-    req.name = name();
-    req.op = op_;
-    req.root = root_;
-    OP_REQUIRES_ASYNC(ctx, coreType(ctx->input_dtype(0), &req.type),
-                      tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
-    if (kind_ == OpKind::kBroadcast && root_ >= rt->config().size) {
-      ctx->SetStatus(tensorflow::errors::InvalidArgument(
-          "tfring.broadcast: root_rank ", root_, " is not a rank of this job of size ", rt->config().size));
-      return done();
-    }
-    for (int i = 0; i < ctx->num_inputs(); ++i) {
-      const Tensor& in = ctx->input(i);
-      Tensor* out = nullptr;
-      // Reusing a big input's buffer saves memory; for small tensors asking TF whether it may be
-      // reused costs more than a fresh allocation.
-      if (in.TotalBytes() >= kForwardAbove) {
-        OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out), done);
-      } else {
-        OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, in.shape(), &out), done);
-      }
-      req.tensors.push_back({in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
-                             static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
-    }
-    req.done = finisher(ctx, done);
-    rt->engine().enqueue(std::move(req));
-  }
-
- private:
-  OpKind kind_;
-  ReduceOp op_ = ReduceOp::kSum;
-  int root_ = 0;
-};
+namespace {
 
 class AllreduceOp : public ListCollectiveOp {
  public:

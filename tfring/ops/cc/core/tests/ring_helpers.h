@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 
 #include "../bootstrap.h"
+#include "../engine.h"
 #include "../reduce.h"
 #include "../store.h"
 #include "test_framework.h"
@@ -58,6 +60,15 @@ inline void withRing(int size, const Mode& m,
     // Keep every transport alive until all ranks are done with their last step.
     tfring::storeBarrier(ps, "test-end", r, size, tfring::Deadline::after(30));
   });
+}
+
+// Runs one request on `e` and waits for its status.
+inline tfring::Status call(tfring::Engine& e, tfring::Request r) {
+  std::promise<tfring::Status> p;
+  auto f = p.get_future();
+  r.done = [&p](const tfring::Status& s) { p.set_value(s); };
+  e.enqueue(std::move(r));
+  return f.get();
 }
 
 inline void setElem(void* p, size_t i, tfring::DataType t, double v) {

@@ -1,0 +1,43 @@
+// What the CPU and GPU collective kernels share: status and dtype translation, the runtime check,
+// and ListCollectiveOp (allreduce / broadcast of a list), whose GPU flavour only changes how the
+// engine reaches the data (collective_kernels_gpu.cc).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "../core/runtime.h"
+
+namespace tfring {
+
+absl::Status toTf(const Status& s);
+// The core's type for a TF dtype; false for types the op attrs already exclude.
+bool coreType(tensorflow::DataType t, DataType* out);
+std::vector<int64_t> dims(const tensorflow::TensorShape& s);
+// The runtime, or null after setting an error on ctx that says to call init.
+std::shared_ptr<Runtime> runtimeOrFail(tensorflow::OpKernelContext* ctx);
+std::function<void(const Status&)> finisher(tensorflow::OpKernelContext* ctx,
+                                            tensorflow::AsyncOpKernel::DoneCallback done);
+
+// Allreduce and broadcast: N inputs to N outputs of the same shapes.
+class ListCollectiveOp : public tensorflow::AsyncOpKernel {
+ public:
+  ListCollectiveOp(tensorflow::OpKernelConstruction* c, OpKind kind);
+  void ComputeAsync(tensorflow::OpKernelContext* ctx, DoneCallback done) override;
+
+ protected:
+  // Last look at the request before it is enqueued: the GPU kernels stage device tensors here.
+  // Returns false after setting an error on ctx.
+  virtual bool prepare(tensorflow::OpKernelContext* ctx, const Runtime& runtime, Request* request) { return true; }
+
+ private:
+  OpKind kind_;
+  ReduceOp op_ = ReduceOp::kSum;
+  int root_ = 0;
+};
+
+}  // namespace tfring
