@@ -40,7 +40,18 @@ def _sorted_by(ids, *arrays):
     return [a[order] for a in arrays]
 
 
-def test_numpy_round_trip_shards_and_meta(tmp_path):
+@pytest.fixture(params=["batch", "each"])
+def parse_mode(request, monkeypatch):
+    """Runs a test with the pipeline parsing batches of records (small records) and parsing each
+    record before batching (what it does for records of 64 KiB and more)."""
+    from tfring.data import pipeline
+
+    if request.param == "each":
+        monkeypatch.setattr(pipeline, "_PARSE_EACH_ABOVE", 0)
+    return request.param
+
+
+def test_numpy_round_trip_shards_and_meta(tmp_path, parse_mode):
     rng = np.random.default_rng(0)
     patch = rng.integers(0, 60000, (50, 12, 10, 10)).astype("uint16")  # raw bytes
     small = rng.standard_normal((50, 3)).astype("float32")              # float list
@@ -83,7 +94,7 @@ def _images(root, n=6, bad=None):
     return pixels
 
 
-def test_image_folder_stored_encoded_and_decoded_on_read(tmp_path):
+def test_image_folder_stored_encoded_and_decoded_on_read(tmp_path, parse_mode):
     pixels = _images(tmp_path / "imgs")
     meta = write_tfrecords(str(tmp_path / "imgs"), str(tmp_path / "out" / "img"), num_shards=3, progress=False)
     assert meta.classes == ["cat", "dog"] and meta.source["uniform_image_shape"] == [9, 7, 3]
