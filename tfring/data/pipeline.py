@@ -2,7 +2,8 @@
 
 files (sharded by rank) -> parallel interleaved reads, each file's records counted and checked
 against the meta file -> [cache] -> shuffle -> [repeat] -> batch -> parse the batch with one
-`tf.io.parse_example` -> parallel decode / map -> prefetch.
+`tf.io.parse_example` -> parallel decode / map -> prefetch. Records of 64 KiB and more are parsed
+and decoded one by one before the batch instead (a batch of them would be one more copy).
 """
 
 import os
