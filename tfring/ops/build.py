@@ -173,7 +173,7 @@ def build(base=HERE, verbose=True, jobs=None):
     abi = [f for f in compile_flags if f.startswith("-D_GLIBCXX_USE_CXX11_ABI")]
     base = ["g++", "-std=c++17", "-O3", "-fPIC", "-Wall", "-pthread"]
     core, kernels, gpu_kernels, cuda = _sources()
-    nvcc, cuda_root, no_gpu = gpu_toolchain(_built_with_cuda())
+    nvcc, cuda_home, no_gpu = gpu_toolchain(_built_with_cuda())
     jobs = jobs or os.cpu_count() or 2
     tmp = tempfile.mkdtemp(prefix="tfring-build-")
 
@@ -185,11 +185,11 @@ def build(base=HERE, verbose=True, jobs=None):
             raise RuntimeError(f"compiling {src} failed:\n{' '.join(cmd)}\n{proc.stderr}")
         return obj
 
-    if verbose:
-        gpu = f"with the GPU kernels ({nvcc})" if nvcc else f"CPU only: {no_gpu}"
     version_note = cuda_version_note(nvcc) if nvcc else None
-    if verbose and version_note:
-        print(f"tfring: {version_note}", file=sys.stderr, flush=True)
+    if verbose:
+        if version_note:
+            print(f"tfring: {version_note}", file=sys.stderr, flush=True)
+        gpu = f"with the GPU kernels ({nvcc})" if nvcc else f"CPU only: {no_gpu}"
         print(f"tfring: building the op library for TensorFlow {tf_version} "
               f"({len(core) + len(kernels) + (len(gpu_kernels) + len(cuda) if nvcc else 0)} files, {gpu})",
               file=sys.stderr, flush=True)
@@ -199,12 +199,12 @@ def build(base=HERE, verbose=True, jobs=None):
             futures += [pool.submit(compile_one, s, compile_flags) for s in kernels]
             gpu_link = []
             if nvcc:
-                cuda_include = ["-isystem", os.path.join(cuda_root, "include")]
+                cuda_include = ["-isystem", os.path.join(cuda_home, "include")]
                 nvcc_cmd = [nvcc, "-std=c++17", "-O3", "-Xcompiler", "-fPIC,-Wall"] + CUDA_GENCODE
                 futures += [pool.submit(compile_one, s, abi, nvcc_cmd) for s in cuda]
                 futures += [pool.submit(compile_one, s, compile_flags + ["-DGOOGLE_CUDA=1"] + cuda_include)
                             for s in gpu_kernels]
-                gpu_link = ["-L" + os.path.join(cuda_root, "lib64"), "-lcudart"]
+                gpu_link = ["-L" + os.path.join(cuda_home, "lib64"), "-lcudart"]
             objects = [f.result() for f in futures]
         os.makedirs(output_dir, exist_ok=True)
         target = os.path.join(output_dir, LIBRARY_NAME)

@@ -86,3 +86,17 @@ def test_gpu_kernels_compile_against_this_tensorflow_where_nvcc_is():
     if build.find_nvcc() is None or build.cuda_root(build.find_nvcc()) is None:
         pytest.skip("no nvcc (and CUDA headers) on this machine")
     assert build.check_gpu_glue() == 2
+
+
+def test_build_says_what_it_builds_in_one_line(tmp_path, capfd):
+    target = build.build(base=str(tmp_path), jobs=2)
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("tfring:")]
+    # Besides the one line, only the warning about an nvcc of another CUDA than TensorFlow's.
+    lines = [l for l in lines if not l.startswith("tfring: warning: nvcc is CUDA")]
+    assert len(lines) == 1, lines
+    if tf.test.is_built_with_cuda() and build.find_nvcc():
+        assert "with the GPU kernels" in lines[0]
+    else:
+        assert lines[0].startswith(f"tfring: building the op library for TensorFlow {tf.__version__} (")
+        assert "CPU only: " in lines[0]
+    assert os.path.exists(target) and build.read_build_info(os.path.dirname(target))["tensorflow"] == tf.__version__
