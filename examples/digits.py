@@ -52,7 +52,8 @@ def main():
     train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(2048, seed=0).batch(
         args.batch_size, drop_remainder=True)
     val = tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(args.batch_size, drop_remainder=True)
-    model.fit(train, epochs=args.epochs, verbose=2 if strategy.rank == 0 else 0)
+    # shuffle=False: the dataset shuffles itself (Keras warns that it ignores shuffle for datasets).
+    model.fit(train, epochs=args.epochs, shuffle=False, verbose=2 if strategy.rank == 0 else 0)
     result = model.evaluate(val, verbose=0, return_dict=True)
     weights = np.concatenate([w.numpy().ravel() for w in model.weights])
     fingerprint = hashlib.sha256(weights.tobytes()).hexdigest()[:16]
