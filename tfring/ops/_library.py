@@ -3,6 +3,7 @@ TensorFlow (or from other sources)."""
 
 import ctypes
 import fcntl
+import functools
 import os
 import sys
 
@@ -65,8 +66,11 @@ def load():
     return _loaded
 
 
+@functools.lru_cache(maxsize=None)
 def has_gpu_kernels():
     """True when the loaded op library was built with its GPU kernels (see `tfring.ops.build`).
+
+    Read once per process: LARS asks for every GPU variable it traces.
 
     Returns:
         bool; the library is loaded (and built if needed) first.

@@ -9,10 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <memory>
-#include <mutex>
 
 #include "collective_kernels.h"
-#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/platform/errors.h"
 #include "xla/stream_executor/stream.h"
 #include "../cuda/pinned_staging.h"
