@@ -1,6 +1,8 @@
 """Saving under RingStrategy: rank 0 alone writes, atomically; BackupAndRestore resumes exactly."""
 
 import os
+import socket
+import subprocess
 
 import numpy as np
 
@@ -34,12 +36,20 @@ np.save(os.path.join(out, f"weights{strategy.rank}.npy"), np.concatenate([w.rave
 
 
 def test_only_rank0_writes_and_every_rank_can_load(tmp_path):
+    # A partial file of a killed save on this host is cleaned up; a live process's is left alone.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / "ckpt").mkdir()
+    stale = tmp_path / "ckpt" / f".tfring-partial-{socket.gethostname()}-{dead.pid}-epoch1.keras"
+    live = tmp_path / "ckpt" / f".tfring-partial-{socket.gethostname()}-{os.getpid()}-epoch1.keras"
+    stale.write_text("half a file")
+    live.write_text("being written")
     proc = run_job(2, SAVE, env={"OUT": str(tmp_path)}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("LOADED_SAME True") == 2, proc.stdout
     names = sorted(os.listdir(tmp_path))
     assert names == ["ckpt", "final.keras", "final.weights.h5", "weights0.npy", "weights1.npy"], names
-    assert sorted(os.listdir(tmp_path / "ckpt")) == ["epoch1.keras", "epoch2.keras"]
+    assert sorted(os.listdir(tmp_path / "ckpt")) == sorted([live.name, "epoch1.keras", "epoch2.keras"])
     assert np.array_equal(np.load(tmp_path / "weights0.npy"), np.load(tmp_path / "weights1.npy"))
 
 
@@ -66,8 +76,16 @@ class Kill(keras.callbacks.Callback):
         if epoch == kill_at and strategy.rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)
 
-model.fit(x, y, batch_size=32, epochs=5, verbose=0, shuffle=False,
-          callbacks=[keras.callbacks.BackupAndRestore(backup), Kill()])
+backup_cb = keras.callbacks.BackupAndRestore(backup)
+kill_in_backup = int(os.environ.get("KILL_IN_BACKUP_OF_EPOCH", "-1"))
+if kill_in_backup >= 0:  # rank 0 dies right after the backup's weights are written
+    save_weights = model.save_weights
+    def dying_save_weights(filepath, *args, **kwargs):
+        save_weights(filepath, *args, **kwargs)
+        if strategy.rank == 0 and str(filepath).startswith(backup) and backup_cb._current_epoch == kill_in_backup:
+            os.kill(os.getpid(), signal.SIGKILL)
+    model.save_weights = dying_save_weights
+model.fit(x, y, batch_size=32, epochs=5, verbose=0, shuffle=False, callbacks=[backup_cb, Kill()])
 np.save(os.path.join(out, f"final{strategy.rank}.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))
 print("FINISHED", strategy.rank)
 '''
@@ -89,3 +107,19 @@ def test_backup_and_restore_after_a_kill_equals_an_uninterrupted_run(tmp_path):
     a, b = np.load(straight / "final0.npy"), np.load(resumed / "final0.npy")
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
     assert np.array_equal(np.load(resumed / "final0.npy"), np.load(resumed / "final1.npy"))
+
+
+def test_a_kill_inside_the_backup_write_resumes_exactly(tmp_path):
+    # The weights of epoch 3 are written but its epoch number is not: the resumed run must not take
+    # those weights as epoch 2's (it would train one epoch twice).
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight.mkdir()
+    resumed.mkdir()
+    proc = run_job(2, RESUME, env={"OUT": str(straight), "BACKUP": str(tmp_path / "b1")}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    killed = run_job(2, RESUME, env={"OUT": str(resumed), "BACKUP": str(tmp_path / "b2"),
+                                     "KILL_IN_BACKUP_OF_EPOCH": "3", "TFRING_TIMEOUT": "20"}, timeout=600)
+    assert killed.returncode == 128 + 9, killed.stderr[-3000:]
+    again = run_job(2, RESUME, env={"OUT": str(resumed), "BACKUP": str(tmp_path / "b2")}, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    np.testing.assert_allclose(np.load(resumed / "final0.npy"), np.load(straight / "final0.npy"), rtol=0, atol=1e-6)

@@ -12,6 +12,17 @@ import re
 RANK, SIZE = "TFRING_RANK", "TFRING_SIZE"
 LOCAL_RANK, LOCAL_SIZE = "TFRING_LOCAL_RANK", "TFRING_LOCAL_SIZE"
 STORE_ADDR, SECRET, JOB_ID = "TFRING_STORE_ADDR", "TFRING_SECRET", "TFRING_JOB_ID"
+# The read end of a pipe only `tfring run` writes to: EOF means the launcher is gone.
+LAUNCHER_FD = "TFRING_LAUNCHER_FD"
+# Set by the user for jobs started by other launchers (mpirun, srun): the secret, or a file holding it.
+SECRET_FILE = "TFRING_SECRET_FILE"
+
+NO_SECRET_HELP = """this {launcher} job of {size} ranks has no job secret. Outside `tfring run`, give every rank \
+the same secret in TFRING_SECRET or TFRING_SECRET_FILE (a file only its owner can read); tfring no \
+longer derives one from the launcher's job id, which anyone on the network can guess. For example:
+  export TFRING_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')
+  mpirun -x TFRING_SECRET -np {size} python train.py
+  srun --export=ALL,TFRING_SECRET -n {size} python train.py"""
 
 
 @dataclasses.dataclass
@@ -76,6 +87,37 @@ def _store_address(environ, job_key, single_host, first_host="127.0.0.1"):
     return first_host, _derived_port(job_key)
 
 
+def _read_secret_file(path):
+    try:
+        st = os.stat(path)
+        with open(path, encoding="utf-8") as f:
+            secret = f.read().strip()
+    except OSError as e:
+        raise ValueError(f"{SECRET_FILE}: cannot read {path!r}: {e.strerror}") from None
+    if st.st_mode & 0o077:
+        raise ValueError(f"{SECRET_FILE} {path!r} is readable by other users (mode {st.st_mode & 0o777:o}): "
+                         f"run `chmod 600 {path}`")
+    if not secret:
+        raise ValueError(f"{SECRET_FILE} {path!r} is empty")
+    return secret
+
+
+def _job_secret(env, info):
+    """The secret that authenticates this job's store and data connections.
+
+    `tfring run` makes a fresh one for each job; other launchers must be given one.
+    """
+    if env.get(SECRET):
+        return env[SECRET]
+    if env.get(SECRET_FILE):
+        return _read_secret_file(env[SECRET_FILE])
+    if info.size > 1 and info.launcher == "tfring":
+        raise ValueError(f"{RANK} is set but neither {SECRET} nor {SECRET_FILE} is: start the job with `tfring run`")
+    if info.size > 1:
+        raise ValueError(NO_SECRET_HELP.format(launcher=info.launcher, size=info.size))
+    return ""
+
+
 def discover(environ=None):
     """Returns the `ClusterInfo` of this process.
 
@@ -83,7 +125,8 @@ def discover(environ=None):
     (`PMI_RANK`, `PMI_SIZE`), then SLURM (`SLURM_PROCID`, `SLURM_NTASKS`).
 
     Raises:
-        ValueError: a launcher variable is malformed, or a multi-host job lacks TFRING_STORE_ADDR.
+        ValueError: a launcher variable is malformed, a multi-host job lacks TFRING_STORE_ADDR, or a
+            job of several ranks outside `tfring run` has neither TFRING_SECRET nor TFRING_SECRET_FILE.
 
     Example:
 
@@ -131,11 +174,9 @@ def discover(environ=None):
 
     if not 0 <= info.rank < info.size:
         raise ValueError(f"rank {info.rank} is outside [0, {info.size}) ({info.launcher} variables)")
+    info.secret = _job_secret(env, info)
     if info.size > 1:
         info.store_host, info.store_port = _store_address(env, job_key, single, first)
-    # Outside `tfring run` the secret comes from TFRING_SECRET when the user passes one, else it is
-    # derived from the launcher's job id: that keeps strangers' jobs apart but is no protection
-    # against someone who can read this job's environment.
-    info.secret = env.get(SECRET) or hashlib.sha256(("tfring|" + job_key).encode()).hexdigest()
-    info.job_id = env.get(JOB_ID) or hashlib.sha256(job_key.encode()).hexdigest()[:12]
+    # Names this job's shared-memory segments: unguessable, since it depends on the secret.
+    info.job_id = env.get(JOB_ID) or hashlib.sha256(f"{job_key}|{info.secret}".encode()).hexdigest()[:12]
     return info

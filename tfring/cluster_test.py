@@ -17,7 +17,8 @@ def test_tfring_run_variables():
 
 
 def test_openmpi_single_host_derives_the_same_store_on_every_rank():
-    base = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "4711"}
+    base = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "4711",
+            "TFRING_SECRET": "s"}
     a = cluster.discover(dict(base, OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_LOCAL_RANK="0"))
     b = cluster.discover(dict(base, OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_LOCAL_RANK="1"))
     assert a.launcher == "openmpi" and (a.rank, b.rank) == (0, 1)
@@ -27,7 +28,7 @@ def test_openmpi_single_host_derives_the_same_store_on_every_rank():
 
 def test_openmpi_multi_host_needs_store_address():
     env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "TFRING_SECRET": "s"}
     with pytest.raises(ValueError, match="TFRING_STORE_ADDR"):
         cluster.discover(env)
     info = cluster.discover(dict(env, TFRING_STORE_ADDR="node0:29500"))
@@ -36,13 +37,13 @@ def test_openmpi_multi_host_needs_store_address():
 
 def test_pmi_variables():
     info = cluster.discover({"PMI_RANK": "2", "PMI_SIZE": "3", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "3",
-                             "PMI_KVSNAME": "kvs_1"})
+                             "PMI_KVSNAME": "kvs_1", "TFRING_SECRET": "s"})
     assert (info.launcher, info.rank, info.size, info.local_rank) == ("pmi", 2, 3, 2)
 
 
 def test_slurm_multi_node_uses_first_node():
     env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2",
-           "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2", "SLURM_JOB_ID": "99"}
+           "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2", "SLURM_JOB_ID": "99", "TFRING_SECRET": "s"}
     info = cluster.discover(env)
     assert (info.launcher, info.rank, info.local_rank, info.local_size, info.store_host) == ("slurm", 3, 1, 2, "gpu07")
 
@@ -51,8 +52,54 @@ def test_slurm_multi_node_uses_first_node():
     ({"TFRING_RANK": "x", "TFRING_SIZE": "2"}, "TFRING_RANK"),
     ({"TFRING_RANK": "2", "TFRING_SIZE": "2", "TFRING_STORE_ADDR": "h:1"}, "outside"),
     ({"TFRING_RANK": "0", "TFRING_SIZE": "2"}, "tfring run"),
-    ({"TFRING_RANK": "0", "TFRING_SIZE": "2", "TFRING_STORE_ADDR": "nohost"}, "HOST:PORT"),
+    ({"TFRING_RANK": "0", "TFRING_SIZE": "2", "TFRING_STORE_ADDR": "nohost", "TFRING_SECRET": "s"}, "HOST:PORT"),
+    ({"TFRING_RANK": "0", "TFRING_SIZE": "2", "TFRING_STORE_ADDR": "h:1"}, "TFRING_SECRET.*tfring run"),
 ])
 def test_bad_launcher_variables(env, needle):
     with pytest.raises(ValueError, match=needle):
         cluster.discover(env)
+
+
+MPI_RANK0 = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+             "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "4711"}
+
+
+@pytest.mark.parametrize("env", [
+    MPI_RANK0,
+    {"PMI_RANK": "0", "PMI_SIZE": "2", "PMI_KVSNAME": "kvs_1"},
+    {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "99", "SLURM_NNODES": "1"},
+])
+def test_a_job_outside_tfring_run_needs_a_secret(env):
+    # The secret used to be derived from the launcher's job id, which anyone can enumerate.
+    with pytest.raises(ValueError) as e:
+        cluster.discover(env)
+    for needle in ("TFRING_SECRET", "TFRING_SECRET_FILE", "mpirun -x TFRING_SECRET", "srun"):
+        assert needle in str(e.value)
+
+
+def test_one_rank_needs_no_secret():
+    env = dict(MPI_RANK0, OMPI_COMM_WORLD_SIZE="1", OMPI_COMM_WORLD_LOCAL_SIZE="1")
+    assert cluster.discover(env).size == 1
+
+
+def test_secret_from_the_environment_and_the_job_id_depends_on_it():
+    a = cluster.discover(dict(MPI_RANK0, TFRING_SECRET="one"))
+    b = cluster.discover(dict(MPI_RANK0, TFRING_SECRET="two"))
+    assert (a.secret, b.secret) == ("one", "two")
+    assert a.job_id != b.job_id  # shared-memory names cannot be guessed from the launcher's job id
+
+
+def test_secret_file_must_be_private(tmp_path):
+    path = tmp_path / "secret"
+    path.write_text("s3cr3t\n")
+    path.chmod(0o600)
+    assert cluster.discover(dict(MPI_RANK0, TFRING_SECRET_FILE=str(path))).secret == "s3cr3t"
+    path.chmod(0o644)
+    with pytest.raises(ValueError, match="readable by other users.*chmod 600"):
+        cluster.discover(dict(MPI_RANK0, TFRING_SECRET_FILE=str(path)))
+    path.chmod(0o600)
+    path.write_text("  \n")
+    with pytest.raises(ValueError, match="empty"):
+        cluster.discover(dict(MPI_RANK0, TFRING_SECRET_FILE=str(path)))
+    with pytest.raises(ValueError, match="cannot read"):
+        cluster.discover(dict(MPI_RANK0, TFRING_SECRET_FILE=str(tmp_path / "missing")))

@@ -6,6 +6,10 @@ query and destroy it.
 
 import atexit
 import ctypes
+import os
+import stat
+import sys
+import threading
 
 from tfring import cluster as _cluster
 from tfring.config import Config
@@ -63,6 +67,32 @@ def init(config=None, **options):
     if not _atexit_registered:
         atexit.register(shutdown)
         _atexit_registered.append(True)
+        _exit_with_launcher(info.rank)
+
+
+def _exit_with_launcher(rank, environ=None):
+    """Under `tfring run`: exits this process when the launcher dies (its pipe reads EOF)."""
+    text = (os.environ if environ is None else environ).get(_cluster.LAUNCHER_FD, "")
+    try:
+        fd = int(text)
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+    except (ValueError, OSError):
+        return  # not started by `tfring run`, or the descriptor was not passed down to us
+
+    def watch():
+        try:
+            while os.read(fd, 64):
+                pass
+        except OSError:
+            return
+        try:  # the launcher relayed our output: nobody may be reading it any more
+            sys.stderr.write(f"tfring: rank {rank}: the launcher (tfring run) is gone; exiting\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
+
+    threading.Thread(target=watch, name="tfring-launcher-watch", daemon=True).start()
 
 
 def shutdown():

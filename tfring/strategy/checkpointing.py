@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import tempfile
 
 _MARK = "_tfring_rank0_writes"
@@ -39,6 +40,32 @@ def _is_local(path):
     return "://" not in str(path)
 
 
+def _partial_prefix(host=None):
+    return f".tfring-partial-{host or socket.gethostname()}-"
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _remove_stale_partials(directory):
+    """Deletes partial files that a killed save on this host left behind (not a live job's)."""
+    prefix = _partial_prefix()
+    for name in os.listdir(directory):
+        pid = name[len(prefix):].split("-", 1)[0]
+        if name.startswith(prefix) and pid.isdigit() and not _pid_alive(int(pid)):
+            try:
+                os.remove(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass  # another job cleaned it first
+
+
 def _rank0_writes(original):
     @functools.wraps(original)
     def save(self, filepath, *args, **kwargs):
@@ -51,7 +78,8 @@ def _rank0_writes(original):
         scratch = None
         if strategy.rank == 0:
             os.makedirs(directory, exist_ok=True)
-            partial = os.path.join(directory, f".tfring-partial-{os.getpid()}-{name}")  # same extension
+            _remove_stale_partials(directory)
+            partial = os.path.join(directory, f"{_partial_prefix()}{os.getpid()}-{name}")  # same extension
         else:
             scratch = tempfile.mkdtemp(prefix="tfring-discard-")
             partial = os.path.join(scratch, name)
@@ -78,30 +106,76 @@ def _write_json_atomically(path, payload):
     os.replace(partial, path)
 
 
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+# BackupAndRestore under RingStrategy keeps each backup's weights in a file of its own, named by
+# the epoch and batch it belongs to, and commits a backup by renaming its metadata file into place
+# (the metadata names the weights file). The weights and their epoch thus change together: a rank
+# killed anywhere in the write leaves the previous backup whole, and a resumed run equals an
+# uninterrupted one.
+_WEIGHTS_KEY = "tfring_weights"
+
+
+def _backup_weights_name(callback):
+    return f"backup-epoch{callback._current_epoch}-batch{callback._last_batch_seen}.weights.h5"
+
+
+def _remove_unreferenced_backups(callback):
+    keep = set()
+    for path in (callback._training_metadata_path, callback._prev_training_metadata_path):
+        manifest = _read_json(path)
+        if manifest and _WEIGHTS_KEY in manifest:
+            keep.add(manifest[_WEIGHTS_KEY])
+    for name in os.listdir(callback.backup_dir):
+        if name.startswith("backup-epoch") and name.endswith(".weights.h5") and name not in keep:
+            os.remove(os.path.join(callback.backup_dir, name))
+
+
 def _backup_save_model(original):
-    # Keras' BackupAndRestore._save_model, with its file operations done by rank 0 alone.
+    # Keras' BackupAndRestore._save_model: rank 0 writes, and the metadata file commits the backup.
     @functools.wraps(original)
     def _save_model(self):
         strategy = _ring_strategy(self.model)
-        needed = ("backup_dir", "_weights_path", "_training_metadata_path", "_current_epoch", "_last_batch_seen")
+        needed = ("backup_dir", "_training_metadata_path", "_current_epoch", "_last_batch_seen")
         if strategy is None or not _is_local(self.backup_dir) or not all(hasattr(self, a) for a in needed):
             return original(self)
         if strategy.rank == 0:
             os.makedirs(self.backup_dir, exist_ok=True)
-            if getattr(self, "double_checkpoint", False):
-                for src, dst in ((self._weights_path, self._prev_weights_path),
-                                 (self._training_metadata_path, self._prev_training_metadata_path)):
-                    if os.path.exists(src):
-                        shutil.copy(src, dst)
-        _barrier()
-        self.model.save_weights(filepath=self._weights_path, overwrite=True)  # rank 0 writes
+        name = _backup_weights_name(self)
+        self.model.save_weights(filepath=os.path.join(self.backup_dir, name), overwrite=True)  # rank 0 writes
         if strategy.rank == 0:
-            _write_json_atomically(self._training_metadata_path,
-                                   {"epoch": self._current_epoch, "batch": self._last_batch_seen})
+            previous = _read_json(self._training_metadata_path)
+            if getattr(self, "double_checkpoint", False) and previous is not None:
+                _write_json_atomically(self._prev_training_metadata_path, previous)
+            _write_json_atomically(self._training_metadata_path,  # the commit
+                                   {"epoch": self._current_epoch, "batch": self._last_batch_seen, _WEIGHTS_KEY: name})
+            _remove_unreferenced_backups(self)
         _barrier()
 
     setattr(_save_model, _MARK, True)
     return _save_model
+
+
+def _backup_load_model(original):
+    # Keras' BackupAndRestore._load_model for backups written by _backup_save_model.
+    @functools.wraps(original)
+    def _load_model(self):
+        manifest = _read_json(getattr(self, "_training_metadata_path", ""))
+        if _ring_strategy(self.model) is None or not self.model.built or not manifest or _WEIGHTS_KEY not in manifest:
+            return original(self)
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)  # as Keras does before loading
+        self.model.load_weights(os.path.join(self.backup_dir, manifest[_WEIGHTS_KEY]))
+        self.model._initial_epoch = manifest["epoch"]
+
+    setattr(_load_model, _MARK, True)
+    return _load_model
 
 
 def _backup_train_end(original):
@@ -148,6 +222,7 @@ def install():
     targets = [(file_utils, "makedirs", _tolerant_makedirs),
                (keras.Model, "save", _rank0_writes), (keras.Model, "save_weights", _rank0_writes),
                (keras.callbacks.BackupAndRestore, "_save_model", _backup_save_model),
+               (keras.callbacks.BackupAndRestore, "_load_model", _backup_load_model),
                (keras.callbacks.BackupAndRestore, "on_train_end", _backup_train_end)]
     for cls, name, wrap in targets:
         current = getattr(cls, name, None)

@@ -9,6 +9,7 @@ Hosts (`-H host:slots,...` over ssh) are not supported yet; `Slot` and the per-h
 are already computed per host so that they can be added without changing the environment contract.
 """
 
+import ctypes
 import dataclasses
 import os
 import secrets
@@ -23,6 +24,8 @@ from tfring import cluster
 
 KILL_GRACE_SECONDS = 4.0
 POLL_SECONDS = 0.05
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclasses.dataclass
@@ -72,6 +75,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def _die_with(parent_pid):
+    """A preexec_fn: the child gets SIGKILL when the launcher dies, even by SIGKILL."""
+    def arm():
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the launcher died before the line above took effect
+            os._exit(1)
+    return arm
+
+
 def _pump(stream, rank, sink, show):
     """Copies a child's output line by line, prefixed with its rank."""
     prefix = f"[{rank}] ".encode()
@@ -96,9 +108,10 @@ class Job:
         self.started = False
         self.pending_signal = None  # a signal that arrived before every process was started
 
-    def _env(self, slot, store_addr, secret, job_id):
+    def _env(self, slot, store_addr, secret, job_id, pipe_fd):
         env = dict(self.base_env)
         env.update({
+            cluster.LAUNCHER_FD: str(pipe_fd),
             cluster.RANK: str(slot.rank), cluster.SIZE: str(len(self.slots)),
             cluster.LOCAL_RANK: str(slot.local_rank), cluster.LOCAL_SIZE: str(slot.local_size),
             cluster.STORE_ADDR: store_addr, cluster.SECRET: secret, cluster.JOB_ID: job_id,
@@ -112,11 +125,22 @@ class Job:
         store_addr = f"127.0.0.1:{free_port()}"
         secret = secrets.token_hex(32)
         job_id = secrets.token_hex(6)
+        # Each rank gets the read end of a pipe whose write end only this process holds: tfring.init()
+        # exits when it reads EOF, which reaches ranks behind a shell wrapper too (PR_SET_PDEATHSIG
+        # only reaches the direct child).
+        watch_fd, self.lifeline = os.pipe()
+        os.set_inheritable(self.lifeline, False)
+        try:
+            self._start_ranks(store_addr, secret, job_id, watch_fd)
+        finally:
+            os.close(watch_fd)
+
+    def _start_ranks(self, store_addr, secret, job_id, watch_fd):
         for slot in self.slots:
             try:
-                proc = subprocess.Popen(self.command, env=self._env(slot, store_addr, secret, job_id),
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        start_new_session=True)
+                proc = subprocess.Popen(self.command, env=self._env(slot, store_addr, secret, job_id, watch_fd),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(watch_fd,),
+                                        start_new_session=True, preexec_fn=_die_with(os.getpid()))
             except OSError as e:
                 self.terminate()
                 raise RuntimeError(f"tfring run: cannot start {self.command[0]!r}: {e}") from e

@@ -1,5 +1,7 @@
 """`tfring run`: environment, output routing, exit codes, signal forwarding, and kill on failure."""
 
+import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -105,3 +107,46 @@ def test_bad_arguments_are_refused():
 def test_timeout_option_reaches_the_ranks():
     proc = _run(["-np", "1", "--timeout", "7.5", sys.executable, "-c", "import os; print(os.environ['TFRING_TIMEOUT'])"])
     assert proc.stdout.strip() == "[0] 7.5"
+
+
+def _alive(pid):
+    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["python", "shell-wrapped"])
+def test_ranks_die_with_a_killed_launcher(wrapped):
+    # SIGKILL of `tfring run` gives it no chance to stop its ranks: they must notice by themselves
+    # (the direct child through PR_SET_PDEATHSIG; a rank behind a wrapper through the launcher's pipe).
+    code = "import os, time, tfring; tfring.init(); print('UP', os.getpid(), flush=True); time.sleep(120)"
+    command = [sys.executable, "-c", code]
+    if wrapped:
+        command = ["sh", "-c", shlex.join(command) + "; true"]
+    launcher_proc = subprocess.Popen([sys.executable, "-m", "tfring.run", "-np", "2", "--all-output"] + command,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     start_new_session=True)
+    pids = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(pids) < 2 and time.monotonic() < deadline:
+            line = launcher_proc.stdout.readline()
+            if "UP" in line:
+                pids.append(int(line.split()[-1]))
+        assert len(pids) == 2, "the ranks did not start"
+        launcher_proc.kill()
+        launcher_proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids), "ranks outlived their launcher"
+    finally:
+        launcher_proc.kill()
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

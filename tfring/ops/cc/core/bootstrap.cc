@@ -3,10 +3,13 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <sstream>
+#include <vector>
 
-#include "hmac.h"
+#include "ring_links.h"
 #include "shm_transport.h"
 #include "socket.h"
 #include "tcp_transport.h"
@@ -28,38 +31,95 @@ Endpoint parseEndpoint(const std::string& s) {
   return e;
 }
 
-Digest handshakeMac(const Config& c, int fromRank) {
-  std::string msg = "tfring-data|" + c.jobId + "|" + std::to_string(fromRank);
-  return hmacSha256(c.secret, msg.data(), msg.size());
+constexpr double kReportEverySeconds = 10.0;
+// Bumped whenever the bytes on the wire change meaning: ranks of different builds refuse to mix.
+constexpr int kProtocolVersion = 2;
+
+std::string joinWaitError(const std::string& what, const std::vector<int>& ranks, const Config& c) {
+  std::string who;
+  for (int r : ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
+  return "rendezvous: no word from rank" + std::string(ranks.size() > 1 ? "s " : " ") + who + " within " +
+         std::to_string(static_cast<int>(c.rendezvousTimeout)) + " s, waiting for " + (ranks.size() > 1 ? "them" : "it") + " to " + what +
+         " (it never started, crashed, or cannot reach the store at " + c.storeHost + ":" +
+         std::to_string(c.storePort) + "; TFRING_RENDEZVOUS_TIMEOUT sets the limit)";
 }
 
-std::string joinWaitError(const std::string& what, int rank, const Config& c, const Error& e) {
-  return "rendezvous: " + what + " rank " + std::to_string(rank) + " within " +
-         std::to_string(static_cast<int>(c.rendezvousTimeout)) +
-         " s (it never started, crashed, or cannot reach the store at " + c.storeHost + ":" +
-         std::to_string(c.storePort) + "): " + e.what();
-}
-
-Endpoint lookup(Store& store, const Config& c, int rank, Deadline d) {
-  try {
-    return parseEndpoint(store.get("addr/" + std::to_string(rank), d));
-  } catch (const Error& e) {
-    throw Error(Code::kDeadlineExceeded, joinWaitError("no word from", rank, c, e));
+// The value every rank put under key(r). While some are missing, prints every 10 s which ones:
+// under mpirun or srun nothing else would tell why the job does not start.
+std::vector<std::string> gatherFromRanks(Store& store, const Config& c, const std::string& what,
+                                         const std::function<std::string(int)>& key, Deadline deadline) {
+  std::vector<std::string> values(c.size);
+  std::vector<int> missing;
+  for (int r = 0; r < c.size; ++r) missing.push_back(r);
+  const auto start = Clock::now();
+  auto nextReport = Deadline::after(kReportEverySeconds);
+  while (!missing.empty()) {
+    const int r = missing.front();
+    const Deadline slice = nextReport.time() < deadline.time() ? nextReport : deadline;
+    try {
+      values[r] = store.get(key(r), slice);
+      missing.erase(missing.begin());
+      continue;
+    } catch (const Error& e) {
+      if (e.code() != Code::kDeadlineExceeded) throw;
+    }
+    std::vector<int> still;
+    for (int m : missing) {
+      if (!store.tryGet(key(m), &values[m])) still.push_back(m);
+    }
+    missing.swap(still);
+    if (missing.empty()) break;
+    if (deadline.expired()) throw Error(Code::kDeadlineExceeded, joinWaitError(what, missing, c));
+    std::string who;
+    for (int m : missing) who += (who.empty() ? "" : ", ") + std::to_string(m);
+    std::fprintf(stderr, "tfring: rank %d is waiting for rank%s %s to %s (%d s of %d s)\n", c.rank,
+                 missing.size() > 1 ? "s" : "", who.c_str(), what.c_str(),
+                 static_cast<int>(std::chrono::duration<double>(Clock::now() - start).count()),
+                 static_cast<int>(c.rendezvousTimeout));
+    nextReport = Deadline::after(kReportEverySeconds);
   }
+  return values;
+}
+
+// The settings that decide how a collective is cut into messages: ranks must agree on every one.
+std::string wireSettings(const Config& c) {
+  std::ostringstream s;
+  s << "protocol=" << kProtocolVersion << "\ntransport=" << c.transport << "\nsingle_copy=" << c.singleCopy
+    << "\nfusion_threshold_bytes=" << c.fusionThresholdBytes << "\n";
+  return s.str();
+}
+
+void agreeOnSettings(Store& store, const Config& c, Deadline deadline) {
+  store.set("settings/" + std::to_string(c.rank), wireSettings(c));
+  auto all = gatherFromRanks(store, c, "join", [](int r) { return "settings/" + std::to_string(r); }, deadline);
+  for (int r = 1; r < c.size; ++r) {
+    std::istringstream mine(all[0]), theirs(all[r]);
+    std::string a, b;
+    while (std::getline(mine, a) && std::getline(theirs, b)) {
+      if (a == b) continue;
+      throw Error(Code::kInvalidArgument,
+                  "rendezvous: rank " + std::to_string(r) + " runs with " + b + " but rank 0 with " + a +
+                      ": every rank must use the same value (pass the same TFRING_* variables and tfring "
+                      "arguments to every rank, e.g. mpirun -x TFRING_FUSION_THRESHOLD)");
+    }
+  }
+}
+
+// One host (the launcher says every rank is local): listen on loopback only.
+std::string listenHost(const Config& c) {
+  if (c.localSize == c.size) return "127.0.0.1";
+  return c.advertiseHost.empty() ? defaultHostAddress() : c.advertiseHost;
 }
 
 }  // namespace
 
 void storeBarrier(Store& store, const std::string& name, int rank, int size, Deadline deadline) {
   store.set("barrier/" + name + "/" + std::to_string(rank), "1");
-  for (int r = 0; r < size; ++r) {
-    try {
-      store.get("barrier/" + name + "/" + std::to_string(r), deadline);
-    } catch (const Error& e) {
-      throw Error(Code::kDeadlineExceeded,
-                  "rendezvous: rank " + std::to_string(r) + " did not reach '" + name + "' in time");
-    }
-  }
+  Config c;
+  c.rank = rank;
+  c.size = size;
+  gatherFromRanks(store, c, "reach '" + name + "'",
+                  [&](int r) { return "barrier/" + name + "/" + std::to_string(r); }, deadline);
 }
 
 std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
@@ -68,54 +128,31 @@ std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
   const int left = (c.rank + c.size - 1) % c.size;
   const int right = (c.rank + 1) % c.size;
 
-  Socket listener = Socket::listen("0.0.0.0", 0);
-  const std::string host = c.advertiseHost.empty() ? defaultHostAddress() : c.advertiseHost;
+  const std::string host = listenHost(c);
+  Socket listener = Socket::listen(host, 0);
   const std::string machine = hostName() + "/" + bootId();
   store.set("addr/" + std::to_string(c.rank), host + " " + std::to_string(listener.port()) + " " +
                                                    machine + " " + std::to_string(getpid()));
+  agreeOnSettings(store, c, deadline);
 
   std::vector<Endpoint> all(c.size);
   bool oneHost = true;
+  auto addrs = gatherFromRanks(store, c, "publish its address",
+                               [](int r) { return "addr/" + std::to_string(r); }, deadline);
   for (int r = 0; r < c.size; ++r) {
-    all[r] = lookup(store, c, r, deadline);
+    all[r] = parseEndpoint(addrs[r]);
     oneHost = oneHost && all[r].machine == machine;
   }
 
-  // Connect right, then accept left (the listener queues the connection meanwhile).
-  Socket toRight;
+  Socket toRight, fromLeft;
   try {
-    toRight = Socket::connect(all[right].host, all[right].port, deadline);
+    RingLinks links = linkNeighbours(c, listener, all[right].host, all[right].port, deadline);
+    toRight = std::move(links.toRight);
+    fromLeft = std::move(links.fromLeft);
   } catch (const Error& e) {
-    throw Error(Code::kDeadlineExceeded, joinWaitError("could not connect to", right, c, e));
-  }
-  {
-    uint32_t me = static_cast<uint32_t>(c.rank);
-    Digest mac = handshakeMac(c, c.rank);
-    toRight.sendAll(&me, sizeof(me), deadline);
-    toRight.sendAll(mac.data(), mac.size(), deadline);
-  }
-  Socket fromLeft;
-  while (!fromLeft.valid()) {
-    Socket s;
-    try {
-      s = listener.accept(deadline);
-    } catch (const Error& e) {
-      throw Error(Code::kDeadlineExceeded, joinWaitError("no connection from", left, c, e));
-    }
-    uint32_t who = 0;
-    Digest mac{};
-    try {
-      s.recvAll(&who, sizeof(who), Deadline::after(10));
-      s.recvAll(mac.data(), mac.size(), Deadline::after(10));
-    } catch (const Error&) {
-      continue;  // not one of ours
-    }
-    if (static_cast<int>(who) == left && digestEqual(mac, handshakeMac(c, left))) {
-      fromLeft = std::move(s);
-    } else {
-      std::fprintf(stderr, "tfring: rank %d refused a data connection that did not carry the job secret\n",
-                   c.rank);
-    }
+    throw Error(Code::kDeadlineExceeded, "rendezvous: could not link rank " + std::to_string(c.rank) +
+                                             " with its ring neighbours within " +
+                                             std::to_string(static_cast<int>(c.rendezvousTimeout)) + " s: " + e.what());
   }
 
   const bool useShm = c.transport == "shm" || (c.transport == "auto" && oneHost);

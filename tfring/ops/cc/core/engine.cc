@@ -80,6 +80,9 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
              "numbers of steps, e.g. on datasets of different sizes?)";
     }
     for (size_t i = 1; i < first.size() && i < other.size(); ++i) {
+      if (first[i] != other[i] && first[i].rfind("passes:", 0) == 0) {
+        return prefix + "rank 0 cuts lists into " + first[i] + " but rank " + std::to_string(k) + " into " + other[i];
+      }
       if (first[i] != other[i]) {
         return prefix + "tensor " + std::to_string(i - 1) + " has shape " + first[i] + " on rank 0 but " +
                other[i] + " on rank " + std::to_string(k);
@@ -189,7 +192,9 @@ void Engine::execute(Request& r) {
 
 void Engine::validate(const Request& r, Deadline d) {
   if (config_.size == 1) return;
-  std::string mine = join(describe(r));
+  // The last line is how this rank cuts a list into passes: agreed at init, checked again here.
+  std::string mine = join(describe(r)) + "passes: fusion_threshold_bytes=" +
+                     std::to_string(config_.fusionThresholdBytes) + " pack_below=" + std::to_string(kPackBelow) + "\n";
   std::vector<Digest> digests(config_.size);
   digests[config_.rank] = sha256(mine.data(), mine.size());
   ringAllgather(transport_.get(), config_.size, {{digests.data(), digests.size() * sizeof(Digest)}},

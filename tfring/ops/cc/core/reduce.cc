@@ -119,8 +119,10 @@ namespace {
 
 struct Sum { template <typename T> static T apply(T a, T b) { return a + b; } };
 struct Prod { template <typename T> static T apply(T a, T b) { return a * b; } };
-struct Min { template <typename T> static T apply(T a, T b) { return b < a ? b : a; } };
-struct Max { template <typename T> static T apply(T a, T b) { return a < b ? b : a; } };
+// NumPy's minimum/maximum: a NaN on either side gives NaN, whatever order the ranks meet in
+// (`a != a` is the NaN test; always false for integers).
+struct Min { template <typename T> static T apply(T a, T b) { return (a != a || a < b) ? a : b; } };
+struct Max { template <typename T> static T apply(T a, T b) { return (a != a || a > b) ? a : b; } };
 
 // Plain loops over restrict-free pointers: -O3 vectorises them; aliasing dst == a is allowed.
 template <typename T, typename Op>

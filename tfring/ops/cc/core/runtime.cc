@@ -5,13 +5,20 @@
 namespace tfring {
 namespace {
 std::mutex gMu;
+
+// Ranks reach the store at storeHost: loopback there means nobody outside this host needs it.
+std::string storeListenHost(const Config& c) {
+  const bool loopback = c.storeHost == "localhost" || c.storeHost.rfind("127.", 0) == 0;
+  return loopback ? "127.0.0.1" : "0.0.0.0";
+}
+
 std::shared_ptr<Runtime> gRuntime;
 }  // namespace
 
 Runtime::Runtime(const Config& config) : config_(config) {
   std::unique_ptr<Transport> transport;
   if (config.size > 1) {
-    if (config.rank == 0) server_ = std::make_unique<TcpStoreServer>("0.0.0.0", config.storePort, config.secret);
+    if (config.rank == 0) server_ = std::make_unique<TcpStoreServer>(storeListenHost(config), config.storePort, config.secret);
     auto client = std::make_shared<TcpStore>(config.storeHost, config.storePort, config.secret,
                                              Deadline::after(config.rendezvousTimeout));
     store_ = std::make_shared<PrefixStore>(config.jobId, client);

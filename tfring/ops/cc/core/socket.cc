@@ -117,14 +117,21 @@ Socket Socket::listen(const std::string& host, int port, int backlog) {
 Socket Socket::accept(Deadline deadline) const {
   for (;;) {
     waitFor(fd_, POLLIN, deadline, "accept a connection");
+    Socket s = tryAccept();
+    if (s.valid()) return s;
+  }
+}
+
+Socket Socket::tryAccept() const {
+  for (;;) {
     int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       tune(fd);
       return Socket(fd);
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-      throw Error(Code::kUnavailable, errnoText("accept"));
-    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Socket();
+    throw Error(Code::kUnavailable, errnoText("accept"));
   }
 }
 
@@ -206,6 +213,17 @@ int Socket::port() const {
   socklen_t len = sizeof(addr);
   getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   return ntohs(addr.sin_port);
+}
+
+std::string Socket::peerAddress() const {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  char buf[INET_ADDRSTRLEN] = {0};
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof(buf)) == nullptr) {
+    return "unknown peer";
+  }
+  return std::string(buf) + ":" + std::to_string(ntohs(addr.sin_port));
 }
 
 void Socket::close() {

@@ -33,6 +33,8 @@ class Socket {
   static Socket listen(const std::string& host, int port, int backlog = 64);
   // Waits for one connection; throws kDeadlineExceeded when none arrives in time.
   Socket accept(Deadline deadline) const;
+  // One waiting connection, or an invalid Socket when none is queued (never blocks).
+  Socket tryAccept() const;
 
   void sendAll(const void* data, size_t n, Deadline deadline) const;
   void recvAll(void* data, size_t n, Deadline deadline) const;
@@ -47,6 +49,8 @@ class Socket {
   bool peerClosed() const;
 
   int port() const;
+  // "a.b.c.d:port" of the other end, or "unknown peer".
+  std::string peerAddress() const;
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
   void close();

@@ -14,11 +14,12 @@ struct Sum {
 struct Prod {
   template <typename T> __device__ T operator()(T a, T b) const { return a * b; }
 };
+// NaN on either side gives NaN (NumPy's minimum/maximum), as in core/reduce.cc.
 struct Min {
-  template <typename T> __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+  template <typename T> __device__ T operator()(T a, T b) const { return (a != a || a < b) ? a : b; }
 };
 struct Max {
-  template <typename T> __device__ T operator()(T a, T b) const { return a < b ? b : a; }
+  template <typename T> __device__ T operator()(T a, T b) const { return (a != a || a > b) ? a : b; }
 };
 
 // Storage <-> arithmetic for each element type: 16-bit floats compute in float32.

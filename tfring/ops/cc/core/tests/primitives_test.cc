@@ -86,3 +86,24 @@ TEST(reduce_ops_all_types) {
   reduceInto(&bo, &ba, &bb, 1, DataType::kBFloat16, ReduceOp::kProduct);
   CHECK_EQ(bfloat16ToFloat(bo), 6.0f);
 }
+
+TEST(min_max_propagate_nan_on_either_side) {
+  // NumPy's minimum/maximum: the result must not depend on which rank holds the NaN.
+  const float nan = std::nanf("");
+  float a[3] = {nan, 1.0f, nan}, b[3] = {2.0f, nan, nan}, out[3];
+  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+    reduceInto(out, a, b, 3, DataType::kFloat32, op);
+    for (float x : out) CHECK(std::isnan(x));
+    reduceInto(out, b, a, 3, DataType::kFloat32, op);
+    for (float x : out) CHECK(std::isnan(x));
+  }
+  double da[2] = {std::nan(""), 3.0}, db[2] = {1.0, std::nan("")}, dout[2];
+  reduceInto(dout, da, db, 2, DataType::kFloat64, ReduceOp::kMax);
+  CHECK(std::isnan(dout[0]) && std::isnan(dout[1]));
+  uint16_t ha[2] = {floatToHalf(nan), floatToHalf(1.0f)}, hb[2] = {floatToHalf(5.0f), floatToHalf(nan)}, hout[2];
+  reduceInto(hout, ha, hb, 2, DataType::kFloat16, ReduceOp::kMin);
+  CHECK(std::isnan(halfToFloat(hout[0])) && std::isnan(halfToFloat(hout[1])));
+  uint16_t ba[2] = {floatToBfloat16(nan), floatToBfloat16(1.0f)}, bb[2] = {floatToBfloat16(5.0f), floatToBfloat16(nan)}, bout[2];
+  reduceInto(bout, ba, bb, 2, DataType::kBFloat16, ReduceOp::kMax);
+  CHECK(std::isnan(bfloat16ToFloat(bout[0])) && std::isnan(bfloat16ToFloat(bout[1])));
+}

@@ -1,5 +1,10 @@
 // One contract for every store (HashStore, TcpStore through a server), plus the HMAC refusal.
+#include <unistd.h>
+
+#include <fstream>
 #include <memory>
+#include <random>
+#include <vector>
 
 #include "../store.h"
 #include "../tcp_store.h"
@@ -76,4 +81,89 @@ TEST(tcp_store_connect_times_out) {
   int port = probe.port();
   probe.close();
   CHECK_THROWS(TcpStore("127.0.0.1", port, "s", Deadline::after(0.5)), "cannot reach the store");
+}
+
+// ---- Hostile clients (issue 11): churn, idle and oversized connections must not hurt the server.
+namespace {
+
+// Virtual memory of this process in MiB (an unjoined thread keeps its 8 MiB stack mapped).
+double vmMiB() {
+  std::ifstream f("/proc/self/statm");
+  double pages = 0;
+  f >> pages;
+  return pages * sysconf(_SC_PAGESIZE) / (1 << 20);
+}
+
+// True when the server closed `s` within `seconds` (reads and drops anything it sent first).
+bool closedWithin(const Socket& s, double seconds) {
+  Deadline d = Deadline::after(seconds);
+  char buf[64];
+  while (!d.expired()) {
+    try {
+      if (s.recvSome(buf, sizeof(buf)) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } catch (const PeerError&) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(tcp_store_survives_connection_churn) {
+  TcpStoreServer server("127.0.0.1", 0, "secret");
+  TcpStore client("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  const double before = vmMiB();
+  for (int i = 0; i < 3000; ++i) {
+    Socket s = Socket::connect("127.0.0.1", server.port(), Deadline::after(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(vmMiB() - before < 64);  // nothing per connection outlives it
+  client.set("still", "alive");
+  CHECK_EQ(client.get("still", Deadline::after(5)), std::string("alive"));
+}
+
+TEST(tcp_store_refuses_a_huge_frame_before_reading_it) {
+  TcpStoreServer server("127.0.0.1", 0, "secret");
+  for (uint32_t len : {uint32_t{60} << 20, uint32_t{1} << 30, ~uint32_t{0}}) {
+    Socket s = Socket::connect("127.0.0.1", server.port(), Deadline::after(5));
+    s.sendAll(&len, 4, Deadline::after(5));
+    CHECK(closedWithin(s, 2.0));  // not held open waiting for a payload it will never accept
+  }
+  TcpStore ok("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  ok.set("k", "v");
+}
+
+TEST(tcp_store_bounds_idle_unauthenticated_connections) {
+  TcpStoreServer::Limits limits;
+  limits.authTimeout = 0.5;
+  limits.maxUnauthenticated = 16;
+  TcpStoreServer server("127.0.0.1", 0, "secret", limits);
+  std::vector<Socket> idle;
+  for (int i = 0; i < 40; ++i) idle.push_back(Socket::connect("127.0.0.1", server.port(), Deadline::after(5)));
+  // The oldest are dropped first, at once; the rest when the authentication deadline passes.
+  CHECK(closedWithin(idle.front(), 0.4));
+  CHECK(closedWithin(idle.back(), 3.0));
+  // A half-sent frame on an authenticated-looking connection times out too; the store serves on.
+  TcpStore ok("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  ok.set("k", "v");
+  CHECK_EQ(ok.get("k", Deadline::after(2)), std::string("v"));
+}
+
+TEST(tcp_store_survives_random_bytes) {
+  TcpStoreServer server("127.0.0.1", 0, "secret");
+  std::mt19937 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    Socket s = Socket::connect("127.0.0.1", server.port(), Deadline::after(5));
+    std::string junk(rng() % 200, '\0');
+    for (auto& c : junk) c = static_cast<char>(rng());
+    if (i % 3 == 0 && junk.size() >= 4) junk[3] = 0;  // small lengths: frames that get MAC-checked
+    try {
+      s.sendAll(junk.data(), junk.size(), Deadline::after(1));
+    } catch (const Error&) {
+    }
+  }
+  CHECK(server.refusedCount() > 0);
+  TcpStore ok("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  CHECK_EQ(ok.add("n", 1), 1);
 }

@@ -95,6 +95,23 @@ void checkReduce(DataType type, ReduceOp op, size_t count, size_t offset) {
   report(want == got, label("reduce in place", type, count, offset, reduceOpName(op)));
 }
 
+// min/max with a NaN on either side give NaN (NumPy's minimum/maximum), as on the CPU.
+void checkNanMinMax() {
+  const float nan = std::nanf("");
+  const float a[4] = {nan, 1.0f, nan, 2.0f}, b[4] = {3.0f, nan, nan, 1.0f};
+  DeviceBuffer da(sizeof(a)), db(sizeof(b)), dd(sizeof(a));
+  CUDA_OK(cudaMemcpy(da.bytes(), a, sizeof(a), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db.bytes(), b, sizeof(b), cudaMemcpyHostToDevice));
+  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+    float got[4];
+    CUDA_OK(cuda::reduceInto(dd.bytes(), da.bytes(), db.bytes(), 4, DataType::kFloat32, op, 0));
+    CUDA_OK(cudaMemcpy(got, dd.bytes(), sizeof(got), cudaMemcpyDeviceToHost));
+    const float last = op == ReduceOp::kMin ? 1.0f : 2.0f;
+    report(std::isnan(got[0]) && std::isnan(got[1]) && std::isnan(got[2]) && got[3] == last,
+           std::string("NaN propagates through ") + reduceOpName(op));
+  }
+}
+
 void checkDivide(DataType type, size_t count, size_t offset) {
   const size_t elem = dataTypeSize(type), bytes = count * elem, shift = offset * elem;
   auto a = randomData(type, count, 3);
@@ -297,6 +314,7 @@ int main(int argc, char** argv) {
     std::printf("size %zu done (%d checks, %d failed)\n", count, checks, failures);
     std::fflush(stdout);
   }
+  checkNanMinMax();
   checkPack(1, 11);
   checkPack(1000, 12);
   std::vector<size_t> larsSizes = {1, 4099, 70000};

@@ -1,0 +1,94 @@
+// Joining the ring (bootstrap.h, ring_links.h): settings every rank must share, and strangers on
+// the data ports during rendezvous.
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "../bootstrap.h"
+#include "../allreduce_ring.h"
+#include "../hmac.h"
+#include "../socket.h"
+#include "../store.h"
+#include "ring_helpers.h"
+#include "test_framework.h"
+
+using namespace tfring;
+using namespace tfring_test;
+
+namespace {
+
+// Every rank's connectRing error (empty when it succeeded).
+std::vector<std::string> joinWith(const std::function<void(int, Config&)>& tweak, int size = 2) {
+  auto store = std::make_shared<HashStore>();
+  std::string job = uniqueJob();
+  std::vector<std::string> errors(size);
+  tfring_test::spawn(size, [&](int r) {
+    Config c = rankConfig(r, size, allModes()[0], job);
+    c.rendezvousTimeout = 10;
+    tweak(r, c);
+    PrefixStore ps(job, store);
+    try {
+      auto t = connectRing(c, ps);
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  });
+  return errors;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(rendezvous_refuses_different_fusion_thresholds) {
+  auto errors = joinWith([](int r, Config& c) { c.fusionThresholdBytes = r == 0 ? 0 : size_t{64} << 20; });
+  for (const auto& e : errors) {
+    CHECK(contains(e, "rank 1 runs with fusion_threshold_bytes=67108864 but rank 0 with fusion_threshold_bytes=0"));
+  }
+}
+
+TEST(rendezvous_refuses_different_transports_and_copy_modes) {
+  auto errors = joinWith([](int r, Config& c) { c.transport = r == 2 ? "shm" : "tcp"; }, 3);
+  for (const auto& e : errors) CHECK(contains(e, "rank 2 runs with transport=shm but rank 0 with transport=tcp"));
+  errors = joinWith([](int r, Config& c) { c.singleCopy = r == 0; });
+  for (const auto& e : errors) CHECK(contains(e, "single_copy=0 but rank 0 with single_copy=1"));
+}
+
+TEST(rendezvous_is_not_delayed_by_strangers_on_the_data_port) {
+  auto store = std::make_shared<HashStore>();
+  std::string job = uniqueJob();
+  std::vector<Socket> strangers;
+  const auto start = Clock::now();
+  tfring_test::spawn(3, [&](int r) {
+    if (r == 2) {  // the stranger: waits for rank 1's data port, then occupies it
+      std::string addr = store->get(job + "/addr/1", Deadline::after(10));
+      std::istringstream in(addr);
+      std::string host;
+      int port = 0;
+      in >> host >> port;
+      for (int i = 0; i < 13; ++i) strangers.push_back(Socket::connect(host, port, Deadline::after(5)));
+      // A well-formed answer claiming to be rank 0, MAC'd with the secret for another nonce (a replay).
+      Socket replay = Socket::connect(host, port, Deadline::after(5));
+      std::string msg = "tfring-data|" + job + "|0->1|" + std::string(16, 'x');
+      Digest mac = hmacSha256("test-secret", msg.data(), msg.size());
+      uint32_t who = 0;
+      replay.sendAll(&who, 4, Deadline::after(5));
+      replay.sendAll(mac.data(), mac.size(), Deadline::after(5));
+      strangers.push_back(std::move(replay));
+      return;
+    }
+    Config c = rankConfig(r, 2, allModes()[0], job);
+    c.rendezvousTimeout = 20;
+    PrefixStore ps(job, store);
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 listens first
+    auto t = connectRing(c, ps);
+    std::vector<float> x(5, 1.0f + r), y(5);
+    ringAllreduce(t.get(), 2, {{x.data(), x.size() * 4}}, {{y.data(), y.size() * 4}}, DataType::kFloat32,
+                  ReduceOp::kSum, Deadline::after(10));
+    CHECK_EQ(y[4], 3.0f);
+    storeBarrier(ps, "end", r, 2, Deadline::after(10));
+  });
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 5.0);
+  CHECK_EQ(strangers.size(), size_t{14});
+}
