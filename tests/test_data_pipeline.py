@@ -135,3 +135,42 @@ def test_s3_paths_through_tensorflow_io(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+SKIPPING = r'''
+import os
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+strategy = tfring.RingStrategy()
+train = tfring.data.tfrecord_dataset(os.environ["PREFIX"], 2, skip_corrupt=True, shuffle=False,
+                                     map_fn=lambda x, y: (x, tf.cast(y, tf.float32)))
+with strategy.scope():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+model.fit(train, epochs=2, verbose=0)
+print("STEPS", sum(1 for _ in train))
+'''
+
+
+def test_skip_corrupt_keeps_the_ranks_in_step(tmp_path):
+    # Rank 1 reads shards 1 and 3; a damaged record in shard 1 drops the rest of that file there.
+    # Both ranks must still run the same number of steps (the smallest), and the log says who skipped.
+    from tfring.data import write_tfrecords
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", small=rng.standard_normal((40, 3)).astype("float32"),
+             label=np.arange(40, dtype="int64") % 2)
+    prefix = str(tmp_path / "d")
+    write_tfrecords(str(tmp_path / "d.npz"), prefix, num_shards=4, progress=False)
+    shard = tmp_path / "d-00001-of-00004.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    proc = run_job(2, SKIPPING, env={"PREFIX": prefix}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [next(l for l in rank_lines(proc.stdout, r) if l.startswith("STEPS")) for r in range(2)]
+    assert steps[0] == steps[1] and int(steps[0].split()[1]) < 10, steps
+    assert "records skipped as corrupt, by rank: [0, " in proc.stderr, proc.stderr[-3000:]

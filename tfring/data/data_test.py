@@ -288,3 +288,60 @@ def test_killed_conversion_leaves_no_final_partial_and_resumes(tmp_path):
     assert not glob.glob(prefix + "*.tmp-*")
     x, _ = _all(tfrecord_dataset(prefix, 10))
     assert sorted(x[:, 0].tolist()) == list(range(0, 400, 2))
+
+
+def test_resumed_conversion_writes_the_same_meta_as_an_uninterrupted_one(tmp_path):
+    # 8x8 cats (one unreadable) land in the first shards, 12x12 dogs in the last: a resume that only
+    # rewrites the last shard must still know the cats' shapes and the skipped file.
+    from PIL import Image
+
+    for name, side in (("cat", 8), ("dog", 12)):
+        os.makedirs(tmp_path / "imgs" / name)
+        for i in range(4):
+            Image.fromarray(np.full((side, side, 3), i * 40, "uint8")).save(tmp_path / "imgs" / name / f"{i}.png")
+    (tmp_path / "imgs" / "cat" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)
+    args = dict(num_shards=3, skip_bad=True, workers=1, progress=False)
+    write_tfrecords(str(tmp_path / "imgs"), str(tmp_path / "straight" / "ds"), **args)
+
+    from tfring.data.sources import open_source
+
+    source = open_source(str(tmp_path / "imgs"))
+    example = source.example
+
+    def dies_in_the_last_shard(index):
+        if index == len(source) - 1:
+            raise RuntimeError("killed")
+        return example(index)
+
+    source.example = dies_in_the_last_shard
+    with pytest.raises(RuntimeError, match="killed"):
+        write_tfrecords(source, str(tmp_path / "resumed" / "ds"), **args)
+    write_tfrecords(str(tmp_path / "imgs"), str(tmp_path / "resumed" / "ds"), resume=True, **args)
+    straight = (tmp_path / "straight" / "ds.meta.json").read_bytes()
+    assert (tmp_path / "resumed" / "ds.meta.json").read_bytes() == straight
+    meta = load_meta(str(tmp_path / "resumed" / "ds"))
+    assert meta.source["uniform_image_shape"] is None and len(meta.skipped) == 1
+
+
+def test_damaged_meta_files_and_gzip_shards_are_named(tmp_path):
+    np.save(tmp_path / "v.npy", np.arange(40, dtype="int64").reshape(20, 2))
+    write_tfrecords(str(tmp_path / "v.npy"), str(tmp_path / "v"), num_shards=2, progress=False)
+    meta_path = tmp_path / "v.meta.json"
+    good = meta_path.read_text()
+    meta_path.write_text(good[:-20])
+    with pytest.raises(ValueError, match=r"v\.meta\.json is not valid JSON"):
+        tfrecord_dataset(str(tmp_path / "v"), 2)
+    # A meta file that lists fewer records than a shard holds is caught on reading.
+    payload = json.loads(good)
+    payload["shards"][0]["count"] -= 3
+    meta_path.write_text(json.dumps(payload))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="holds more records than the 7 its meta file lists"):
+        _all(tfrecord_dataset(str(tmp_path / "v"), 2, shuffle=False))
+    # A damaged gzip shard: the record reached, and why the rest of the file is lost.
+    write_tfrecords(str(tmp_path / "v.npy"), str(tmp_path / "z"), num_shards=1, compression="gzip", progress=False)
+    shard = tmp_path / "z-00000-of-00001.tfrecord.gz"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"after record \d+ of 20\): a compressed shard cannot"):
+        _all(tfrecord_dataset(str(tmp_path / "z"), 2, shuffle=False))

@@ -124,7 +124,12 @@ def load_meta(prefix):
     path = prefix if prefix.endswith(META_SUFFIX) else prefix + META_SUFFIX
     if not exists(path):
         raise FileNotFoundError(f"no dataset description at {path} (convert the data with `tfring convert` first)")
-    return DatasetMeta.from_json(read_json(path), where=path)
+    try:
+        payload = read_json(path)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}): the dataset description is damaged; "
+                         f"convert the data again") from None
+    return DatasetMeta.from_json(payload, where=path)
 
 
 def is_remote(path):

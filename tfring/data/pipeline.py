@@ -10,6 +10,7 @@ import os
 import re
 import sys
 
+import numpy as np
 import tensorflow as tf
 
 from tfring.data import meta as meta_lib
@@ -77,9 +78,16 @@ def _counted_reader(compression, skip_corrupt, chunk=1024):
 
             def at_end():
                 short = count < expected
-                message = tf.strings.join([
-                    "tfring.data: corrupt or truncated record in ", path, " at byte ", tf.strings.as_string(offset),
-                    " (after record ", tf.strings.as_string(count), " of ", tf.strings.as_string(expected), ")"])
+                reached = [" (after record ", tf.strings.as_string(count), " of ", tf.strings.as_string(expected), ")"]
+                if compression:  # offsets inside a compressed stream mean nothing to a reader of the file
+                    message = tf.strings.join(["tfring.data: corrupt or truncated data in ", path] + reached + [
+                        ": a compressed shard cannot be read past damage, the rest of the file is lost"])
+                else:
+                    message = tf.strings.join(["tfring.data: corrupt or truncated record in ", path, " at byte ",
+                                               tf.strings.as_string(offset)] + reached)
+                extra = tf.debugging.Assert(count <= expected, [tf.strings.join([
+                    "tfring.data: ", path, " holds more records than the ", tf.strings.as_string(expected),
+                    " its meta file lists: the meta file belongs to another conversion"])])
                 if skip_corrupt:
                     def report():
                         note = tf.print(tf.strings.join([message, ": skipped ", tf.strings.as_string(expected - count),
@@ -87,9 +95,10 @@ def _counted_reader(compression, skip_corrupt, chunk=1024):
                         with tf.control_dependencies([note]):
                             return tf.identity(count)
 
-                    return tf.cond(short, report, lambda: count)
+                    with tf.control_dependencies([extra]):
+                        return tf.cond(short, report, lambda: count)
                 check = tf.debugging.Assert(tf.logical_not(short), [message])
-                with tf.control_dependencies([check]):
+                with tf.control_dependencies([check, extra]):
                     return tf.identity(count)
 
             checked = tf.cond(last, at_end, lambda: count)
@@ -102,6 +111,29 @@ def _counted_reader(compression, skip_corrupt, chunk=1024):
         return scanned.filter(lambda records, last: tf.logical_not(last)).map(lambda records, last: records).unbatch()
 
     return read
+
+
+def _readable_on_every_rank(files, compression):
+    """With skip_corrupt in a job of several ranks: how many records each rank can read.
+
+    Corrupt records are only found by reading, and a rank that skips some would run fewer steps
+    than the others (and `fit` would fail). So each rank reads its files once up front, the ranks
+    exchange what they found, and rank 0 logs how many records each rank skipped.
+    """
+    import tfring
+
+    def readable(path):
+        records = tf.data.TFRecordDataset(path, compression_type=compression).ignore_errors()
+        return int(records.reduce(np.int64(0), lambda n, _: n + 1))
+
+    found = sum(readable(path) for path, _ in files)
+    expected = sum(s["count"] for _, s in files)
+    table = tfring.ops.allgather(tf.constant([[found, expected - found]], tf.int64)).numpy()
+    skipped = table[:, 1].tolist()
+    if any(skipped) and tfring.rank() == 0:
+        print(f"tfring.data: {sum(skipped)} records skipped as corrupt, by rank: {skipped}; every rank reads "
+              f"as many records as the rank with the fewest", file=sys.stderr, flush=True)
+    return table[:, 0]
 
 
 def _parse_spec(meta):
@@ -231,6 +263,9 @@ def tfrecord_dataset(prefix_or_pattern, batch_size, *, shuffle=True, shuffle_buf
         files = parts[rank]
     else:
         per_rank = sum(s["count"] for _, s in files) // size
+    if skip_corrupt and size > 1:
+        readable = _readable_on_every_rank(files, meta.compression)
+        per_rank = int(readable.min()) if by_file else int(readable[0]) // size
 
     paths = tf.constant([p for p, _ in files])
     counts = tf.constant([s["count"] for _, s in files], tf.int64)

@@ -141,6 +141,22 @@ def _verified_complete(prefix, progress):
     return result
 
 
+_SHARD_KEYS = ("file", "count", "bytes", "sha256")
+
+
+def _dataset_meta(source, records, compression, shuffle, seed):
+    """The meta file's contents, built from the shards' plan records alone (kept or rewritten alike)."""
+    image_shapes = sorted({tuple(shape) for r in records for shape in r["image_shapes"]})
+    skipped = sorted((item for r in records for item in r["skipped"]), key=str)
+    source_info = dict(source.description, shuffle=bool(shuffle), seed=seed)
+    if image_shapes:
+        source_info["image_shapes"] = [list(shape) for shape in image_shapes[:16]]
+        source_info["uniform_image_shape"] = list(image_shapes[0]) if len(image_shapes) == 1 else None
+    return meta_lib.DatasetMeta(features=list(source.features), label=source.label,
+                                shards=[{k: r[k] for k in _SHARD_KEYS} for r in records], compression=compression,
+                                source=source_info, classes=source.classes, skipped=skipped)
+
+
 def write_tfrecords(source, output_prefix, format="auto", shard_size="128MB", num_shards=None, compression="none",
                     workers=None, shuffle=False, seed=None, resume=False, skip_bad=False, label=None,
                     datasets=None, labels_file=None, progress=True):
@@ -221,18 +237,17 @@ def write_tfrecords(source, output_prefix, format="auto", shard_size="128MB", nu
     names = [meta_lib.shard_file_name(output_prefix, i, len(shards), compression) for i in range(len(shards))]
     bar = _Progress(len(source), progress)
     lock = threading.Lock()
-    skipped = []
     results = {}
-    image_shapes = set()
 
     def write_shard(index):
         final = names[index]
-        record = done.get(str(index))
-        if record and tf.io.gfile.exists(final) and _sha256(final) == record["sha256"]:
-            bar.add(record["count"], record["bytes"])
-            return record  # complete and verified by the interrupted run's checksum
+        kept = done.get(str(index))
+        if kept and "skipped" in kept and tf.io.gfile.exists(final) and _sha256(final) == kept["sha256"]:
+            bar.add(kept["count"], kept["bytes"])
+            return kept  # complete and verified by the interrupted run's checksum
         partial = f"{final}.tmp-{os.getpid()}-{threading.get_ident()}"
         count = 0
+        skipped, image_shapes = [], set()
         options = tf.io.TFRecordOptions(compression_type=_COMPRESSION[compression])
         with tf.io.TFRecordWriter(partial, options) as writer:
             for i in shards[index]:
@@ -244,19 +259,20 @@ def write_tfrecords(source, output_prefix, format="auto", shard_size="128MB", nu
                 except (BadItem, ValueError) as e:
                     if not skip_bad:
                         raise BadItem(source.item_name(int(i)), getattr(e, "reason", str(e))) from None
-                    with lock:
-                        skipped.append({"item": source.item_name(int(i)), "reason": getattr(e, "reason", str(e))})
+                    skipped.append({"item": source.item_name(int(i)), "reason": getattr(e, "reason", str(e))})
                     continue
                 if "channels" in values and "height" in values:
-                    with lock:
-                        image_shapes.add((int(values["height"]), int(values["width"]), int(values["channels"])))
+                    image_shapes.add((int(values["height"]), int(values["width"]), int(values["channels"])))
                 data = example_bytes(source.features, values)
                 writer.write(data)
                 count += 1
                 bar.add(1, len(data))
         size = tf.io.gfile.stat(partial).length
         digest = _sha256(partial)
-        record = {"file": os.path.basename(final), "count": count, "bytes": size, "sha256": digest}
+        # What the meta file needs from this shard travels with it in the plan, so that a resumed
+        # run's meta equals an uninterrupted run's.
+        record = {"file": os.path.basename(final), "count": count, "bytes": size, "sha256": digest,
+                  "skipped": skipped, "image_shapes": sorted(list(s) for s in image_shapes)}
         # Record the checksum before the rename: a file under a final name is always in the plan
         # (killed in between, the plan names a file that does not exist, and resume rewrites it).
         with lock:
@@ -272,13 +288,7 @@ def write_tfrecords(source, output_prefix, format="auto", shard_size="128MB", nu
                 results[futures[future]] = future.result()
     finally:
         elapsed = bar.close()
-    source_info = dict(source.description, shuffle=bool(shuffle), seed=seed)
-    if image_shapes:
-        source_info["image_shapes"] = sorted(image_shapes)[:16]
-        source_info["uniform_image_shape"] = list(next(iter(image_shapes))) if len(image_shapes) == 1 else None
-    result = meta_lib.DatasetMeta(features=list(source.features), label=source.label,
-                                  shards=[results[i] for i in range(len(shards))], compression=compression,
-                                  source=source_info, classes=source.classes, skipped=sorted(skipped, key=str))
+    result = _dataset_meta(source, [results[i] for i in range(len(shards))], compression, shuffle, seed)
     meta_lib.write_json_atomically(output_prefix + meta_lib.META_SUFFIX, result.to_json())
     tf.io.gfile.remove(plan_path)
     if progress:
@@ -286,6 +296,6 @@ def write_tfrecords(source, output_prefix, format="auto", shard_size="128MB", nu
         print(f"tfring convert: {result.total} records in {len(result.shards)} shards, {total_bytes / 1e6:.1f} MB, "
               f"{elapsed:.1f} s ({result.total / max(elapsed, 1e-9):.0f} records/s, "
               f"{total_bytes / 1e6 / max(elapsed, 1e-9):.1f} MB/s)"
-              + (f"; skipped {len(skipped)} unreadable items (listed in the meta file)" if skipped else "")
+              + (f"; skipped {len(result.skipped)} unreadable items (listed in the meta file)" if result.skipped else "")
               + f" -> {output_prefix}{meta_lib.META_SUFFIX}", flush=True)
     return result
