@@ -189,6 +189,8 @@ try:
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(33), epochs=1, verbose=0)
     elif case == "unbatched":
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)), epochs=1, verbose=0)
+    elif case == "unbatched_same_width":  # rows of 4 features and 4 targets look like batches of 4
+        model.fit(tf.data.Dataset.from_tensor_slices((x, x)).shuffle(8), epochs=1, verbose=0)
     elif case == "xla":
         model.fit(x, y, batch_size=32, epochs=1, verbose=0)
     elif case == "outside_scope":
@@ -213,6 +215,7 @@ except Exception as e:
 @pytest.mark.parametrize("case,needle", [
     ("odd_batch", "divide evenly among the 2 ranks"),
     ("unbatched", "must be batched"),
+    ("unbatched_same_width", "must be batched"),
     ("xla", "jit_compile=False"),
     ("outside_scope", "built outside `strategy.scope()`"),
 ])
@@ -410,3 +413,43 @@ def test_input_sharded_by_file_when_there_are_enough_files(tmp_path, files):
         else:
             # One file: every rank reads each global batch and keeps its half, in order.
             assert [a + b for a, b in zip(mine[0], mine[1])] == [every_record[i:i + 4] for i in range(0, 8, 4)]
+
+
+DIES_IN_FIT = r'''
+import os, signal
+import numpy as np, tensorflow as tf, keras, tfring
+tf.config.threading.set_intra_op_parallelism_threads(1)
+strategy = tfring.RingStrategy()
+x = np.random.default_rng(0).standard_normal((4096, 4)).astype("float32")
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+
+class Die(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 5 and strategy.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+try:
+    model.fit(x, x[:, :1], batch_size=32, epochs=1, verbose=0, callbacks=[Die()])
+except tf.errors.UnavailableError as e:
+    print("UNAVAILABLE", "rank 1" in str(e))
+'''
+
+
+def test_a_rank_dying_inside_fit_raises_unavailable_error():
+    # Started without tfring run, so nobody stops rank 0 before it sees the error (as under mpirun).
+    import subprocess
+    import sys
+
+    from tfring.strategy.launcher import free_port
+    from tfring.testing import QUIET_ENV
+
+    port = free_port()
+    env = dict(os.environ, **QUIET_ENV, TFRING_SIZE="2", TFRING_LOCAL_SIZE="2", TFRING_SECRET="s",
+               TFRING_STORE_ADDR=f"127.0.0.1:{port}", TFRING_JOB_ID=f"d{port}", TFRING_TIMEOUT="30")
+    ranks = [subprocess.Popen([sys.executable, "-c", DIES_IN_FIT], env=dict(env, TFRING_RANK=str(r), TFRING_LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    out, err = ranks[0].communicate(timeout=300)
+    ranks[1].wait(timeout=60)
+    assert "UNAVAILABLE True" in out, err[-3000:]

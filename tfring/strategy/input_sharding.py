@@ -118,10 +118,34 @@ def _is_file_names(dataset):
     return isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string and spec.shape.rank == 0
 
 
+# Transformations that keep "one element = one example" (with _SLICING_SOURCES: certainly unbatched).
+_PER_ELEMENT = ("_MapDataset", "_ParallelMapDataset", "_FilterDataset", "_ShuffleDataset", "_RepeatDataset",
+                "_PrefetchDataset", "CacheDataset", "_CacheDataset", "_TakeDataset", "_SkipDataset",
+                "_OptionsDataset", "_ShardDataset")
+_SLICING_SOURCES = ("_TensorSliceDataset", "_RangeDataset", "_UnbatchDataset")
+
+
+def _certainly_unbatched(dataset):
+    """True when `dataset` is rows sliced from arrays with no batching after: its elements could
+    still share a first dimension (rows of 4 features with 4 targets) and pass for batches of 4."""
+    node = dataset
+    while type(node).__name__ not in _SLICING_SOURCES:
+        if type(node).__name__ not in _PER_ELEMENT:
+            return False  # a batch, a generator, a zip...: it may well yield batches
+        inputs = node._inputs() if hasattr(node, "_inputs") else []
+        if len(inputs) != 1:
+            return False
+        node = inputs[0]
+    return True
+
+
 def _static_global_batch(dataset, size):
     specs = [s for s in tf.nest.flatten(dataset.element_spec) if isinstance(s, tf.TensorSpec)]
     if not specs or any(s.shape.rank == 0 for s in specs):
         raise ValueError(f"{_NOT_BATCHED}; its elements include scalars: {dataset.element_spec}")
+    if _certainly_unbatched(dataset):
+        raise ValueError(f"{_NOT_BATCHED}; it yields single examples (sliced from arrays, no .batch() "
+                         f"after): {dataset.element_spec}")
     known = {s.shape[0] for s in specs if s.shape.rank is not None and s.shape[0] is not None}
     if len(known) > 1:
         raise ValueError(f"{_NOT_BATCHED}; its components have different first dimensions {sorted(known)}, "

@@ -16,6 +16,7 @@ absl::Status sameShapes(InferenceContext* c) {
 }  // namespace
 
 REGISTER_OP("TfringAllreduce")
+    .SetIsDistributedCommunication()
     .Input("tensors: N * T")
     .Output("reduced: N * T")
     .Attr("T: {half, bfloat16, float, double, int32, int64}")
@@ -29,6 +30,7 @@ Each output has the shape of its input and holds the elementwise reduction over 
 )doc");
 
 REGISTER_OP("TfringBroadcast")
+    .SetIsDistributedCommunication()
     .Input("tensors: N * T")
     .Output("broadcast: N * T")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
@@ -41,6 +43,7 @@ Copies every tensor of the list from `root_rank` to all ranks.
 )doc");
 
 REGISTER_OP("TfringAllgather")
+    .SetIsDistributedCommunication()
     .Input("tensor: T")
     .Output("gathered: T")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
@@ -63,6 +66,7 @@ dimension may differ between ranks; the others must match.
 )doc");
 
 REGISTER_OP("TfringBarrier")
+    .SetIsDistributedCommunication()
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
