@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -35,13 +36,18 @@ constexpr double kReportEverySeconds = 10.0;
 // Bumped whenever the bytes on the wire change meaning: ranks of different builds refuse to mix.
 constexpr int kProtocolVersion = 2;
 
-std::string joinWaitError(const std::string& what, const std::vector<int>& ranks, const Config& c) {
-  std::string who;
-  for (int r : ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
-  return "rendezvous: no word from rank" + std::string(ranks.size() > 1 ? "s " : " ") + who + " within " +
-         std::to_string(static_cast<int>(c.rendezvousTimeout)) + " s, waiting for " + (ranks.size() > 1 ? "them" : "it") + " to " + what +
-         " (it never started, crashed, or cannot reach the store at " + c.storeHost + ":" +
-         std::to_string(c.storePort) + "; TFRING_RENDEZVOUS_TIMEOUT sets the limit)";
+std::string rankList(const std::vector<int>& ranks) {
+  std::string who = ranks.size() > 1 ? "ranks " : "rank ";
+  for (size_t i = 0; i < ranks.size(); ++i) who += (i ? ", " : "") + std::to_string(ranks[i]);
+  return who;
+}
+
+std::string joinWaitError(const std::string& what, const std::vector<int>& ranks, const Config& c, int seconds) {
+  const bool many = ranks.size() > 1;
+  std::string where = c.storePort ? " or cannot reach the store at " + c.storeHost + ":" + std::to_string(c.storePort) : "";
+  return "rendezvous: no word from " + rankList(ranks) + " within " + std::to_string(seconds) + " s, waiting for " +
+         (many ? "them" : "it") + " to " + what + " (" + (many ? "they" : "it") + " never started, crashed" + where +
+         "; TFRING_RENDEZVOUS_TIMEOUT sets the limit)";
 }
 
 // The value every rank put under key(r). While some are missing, prints every 10 s which ones:
@@ -69,13 +75,13 @@ std::vector<std::string> gatherFromRanks(Store& store, const Config& c, const st
     }
     missing.swap(still);
     if (missing.empty()) break;
-    if (deadline.expired()) throw Error(Code::kDeadlineExceeded, joinWaitError(what, missing, c));
-    std::string who;
-    for (int m : missing) who += (who.empty() ? "" : ", ") + std::to_string(m);
-    std::fprintf(stderr, "tfring: rank %d is waiting for rank%s %s to %s (%d s of %d s)\n", c.rank,
-                 missing.size() > 1 ? "s" : "", who.c_str(), what.c_str(),
-                 static_cast<int>(std::chrono::duration<double>(Clock::now() - start).count()),
-                 static_cast<int>(c.rendezvousTimeout));
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (deadline.expired()) {
+      throw Error(Code::kDeadlineExceeded, joinWaitError(what, missing, c, static_cast<int>(std::lround(waited))));
+    }
+    std::fprintf(stderr, "tfring: rank %d is waiting for %s to %s (%ld s of %ld s)\n", c.rank,
+                 rankList(missing).c_str(), what.c_str(), std::lround(waited),
+                 std::lround(waited + deadline.remainingMs() / 1000.0));
     nextReport = Deadline::after(kReportEverySeconds);
   }
   return values;
