@@ -70,9 +70,9 @@ def init(config=None, **options):
         _exit_with_launcher(info.rank)
 
 
-def _exit_with_launcher(rank, environ=None):
+def _exit_with_launcher(rank):
     """Under `tfring run`: exits this process when the launcher dies (its pipe reads EOF)."""
-    text = (os.environ if environ is None else environ).get(_cluster.LAUNCHER_FD, "")
+    text = os.environ.get(_cluster.LAUNCHER_FD, "")
     try:
         fd = int(text)
         if not stat.S_ISFIFO(os.fstat(fd).st_mode):
