@@ -58,7 +58,7 @@ def run(strategy, config, seed, args, data):
     callbacks = []
     if config in ("warmup", "lars"):
         start = args.lars_base_lr if config == "lars" else args.base_lr
-        callbacks.append(tfring.callbacks.LearningRateWarmup(warmup_epochs=args.warmup_epochs, initial_lr=start))
+        callbacks.append(tfring.callbacks.LearningRateWarmup(warmup_epochs=args.warmup_epochs, start_lr=start))
     # Drop the last partial batch so every step has the named global batch (and ranks divide it).
     train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(4096, seed=seed).batch(
         batch, drop_remainder=True)

@@ -25,14 +25,19 @@ import tfring
 tf.config.threading.set_intra_op_parallelism_threads(1)
 strategy = tfring.RingStrategy()
 prefix = os.environ["PREFIX"]
-ds = tfring.data.tfrecord_dataset(prefix, 2, shuffle=True, seed=strategy.rank)
+ds = tfring.data.tfrecord_dataset(prefix, 4, shuffle=True, seed=strategy.rank)  # the global batch
 ids = [int(i) for x, _ in ds for i in x["ident"].numpy()]
 print("IDS", json.dumps(ids))
+print("ROWS", sorted({int(x["ident"].shape[0]) for x, _ in ds}))
+try:
+    tfring.data.tfrecord_dataset(prefix, 3)
+except ValueError as e:
+    print("ODD", e)
 with strategy.scope():
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
-train = tfring.data.tfrecord_dataset(prefix, 2, map_fn=lambda x, y: (x["small"], tf.cast(y, tf.float32)))
+train = tfring.data.tfrecord_dataset(prefix, 4, map_fn=lambda x, y: (x["small"], tf.cast(y, tf.float32)))
 hist = model.fit(train, epochs=2, verbose=0)
 steps = sum(1 for _ in strategy.experimental_distribute_dataset(train))
 w = np.concatenate([v.numpy().ravel() for v in model.weights])
@@ -63,6 +68,10 @@ def test_ranks_read_disjoint_equal_parts(tmp_path, shards):
         lines = rank_lines(proc.stdout, r)
         ids.append(json.loads(next(l for l in lines if l.startswith("IDS"))[4:]))
         fits.append(next(l for l in lines if l.startswith("FIT")))
+        # batch_size is the global batch, as in model.fit and dataset.batch: 4 over 2 ranks is 2 each.
+        assert "ROWS [2]" in lines
+        odd = next(l for l in lines if l.startswith("ODD"))
+        assert "global batch (3), which must divide evenly among the 2 ranks" in odd
     assert not set(ids[0]) & set(ids[1])
     assert len(ids[0]) == len(ids[1])
     if shards == 3:
@@ -145,7 +154,7 @@ import tfring
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 strategy = tfring.RingStrategy()
-train = tfring.data.tfrecord_dataset(os.environ["PREFIX"], 2, skip_corrupt=True, shuffle=False,
+train = tfring.data.tfrecord_dataset(os.environ["PREFIX"], 4, skip_corrupt=True, shuffle=False,
                                      map_fn=lambda x, y: (x, tf.cast(y, tf.float32)))
 with strategy.scope():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])

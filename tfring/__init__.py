@@ -16,6 +16,9 @@ from tfring.runtime import shutdown
 from tfring.runtime import size
 from tfring.runtime import transport_name
 from tfring.lr_scaling import scale_learning_rate
+from tfring.keras_registration import register_when_keras_loads
+
+register_when_keras_loads()
 
 __version__ = "0.1.0"
 

@@ -37,10 +37,20 @@ def _fit(optimizer, cbs, epochs=4, n=32, batch=8, **fit_kwargs):
     return recorder.rates, hist, model
 
 
+def test_horovod_call_means_what_it_means_in_horovod():
+    # hvd.callbacks.LearningRateWarmupCallback(initial_lr, warmup_epochs, momentum_correction,
+    # steps_per_epoch, verbose): initial_lr is the rate warm-up ends at, positional first.
+    cb = callbacks.LearningRateWarmup(0.8, 2, True, None, 0, start_lr=0.2)
+    rates, _, _ = _fit(keras.optimizers.SGD(0.1), [cb], epochs=3)
+    np.testing.assert_allclose(rates, [0.2 + 0.6 * (b / 4) / 2 for b in range(8)] + [0.8] * 4, rtol=1e-6)
+    with pytest.raises(TypeError, match="target_lr"):
+        callbacks.LearningRateWarmup(warmup_epochs=1, target_lr=0.5)  # the old, non-Horovod name
+
+
 def test_gradual_warmup_then_step_decay_per_batch():
     # 4 batches per epoch; warm-up 2 epochs from 0.1 to 0.8; x0.1 at epoch 3.
     rates, hist, _ = _fit(keras.optimizers.SGD(0.8, momentum=0.9),
-                          [callbacks.LearningRateWarmup(warmup_epochs=2, initial_lr=0.1),
+                          [callbacks.LearningRateWarmup(warmup_epochs=2, start_lr=0.1),
                            callbacks.MultiStepDecay(milestones=[3], factor=0.1)], epochs=4)
     expected = [0.1 + 0.7 * (b / 4) / 2 for b in range(8)] + [0.8] * 4 + [0.08] * 4
     np.testing.assert_allclose(rates, expected, rtol=1e-6)
@@ -48,8 +58,11 @@ def test_gradual_warmup_then_step_decay_per_batch():
 
 
 def test_warmup_defaults_follow_horovod():
-    # On one process the default start is target / 1 = target: nothing to warm up (as Horovod).
-    rates, _, _ = _fit(keras.optimizers.SGD(0.4), [callbacks.LearningRateWarmup(warmup_epochs=1)], epochs=2)
+    # On one process the default start is target / 1 = target: nothing to warm up (as Horovod),
+    # and a warning says so, once.
+    with pytest.warns(UserWarning, match="changes nothing") as caught:
+        rates, _, _ = _fit(keras.optimizers.SGD(0.4), [callbacks.LearningRateWarmup(warmup_epochs=1)], epochs=2)
+    assert sum("changes nothing" in str(w.message) for w in caught) == 1
     np.testing.assert_allclose(rates, [0.4] * 8, rtol=1e-6)
     # Horovod's multiplier (1/size)(e(size-1)/warmup + 1) is our ramp from target/size.
     cb = callbacks.LearningRateWarmup(warmup_epochs=5)
@@ -62,13 +75,13 @@ def test_warmup_defaults_follow_horovod():
 
 def test_constant_warmup():
     rates, _, _ = _fit(keras.optimizers.SGD(1.0),
-                       [callbacks.LearningRateWarmup(warmup_epochs=1, initial_lr=0.25, mode="constant")], epochs=2)
+                       [callbacks.LearningRateWarmup(warmup_epochs=1, start_lr=0.25, mode="constant")], epochs=2)
     np.testing.assert_allclose(rates, [0.25] * 4 + [1.0] * 4)
 
 
 def test_momentum_correction_scales_the_velocity():
     opt = keras.optimizers.SGD(1.0, momentum=0.9)
-    cb = callbacks.LearningRateWarmup(warmup_epochs=1, initial_lr=0.5)
+    cb = callbacks.LearningRateWarmup(warmup_epochs=1, start_lr=0.5)
     _, _, model = _fit(opt, [cb], epochs=1)
     old = float(opt.learning_rate.numpy())
     before = [m.numpy().copy() for m in opt.momentums]
@@ -95,7 +108,7 @@ def test_polynomial_decay_callback():
 def test_resnet_recipe_in_one_line():
     # 5-epoch warm-up, x0.1 at 30/60/80 (scaled down: 2 batches per epoch, 90 epochs).
     rates, _, _ = _fit(keras.optimizers.SGD(3.2, momentum=0.9),
-                       [callbacks.LearningRateWarmup(5, initial_lr=0.1), callbacks.MultiStepDecay([30, 60, 80])],
+                       [callbacks.LearningRateWarmup(warmup_epochs=5, start_lr=0.1), callbacks.MultiStepDecay([30, 60, 80])],
                        epochs=90, n=4, batch=2)
     per_epoch = rates[1::2]
     np.testing.assert_allclose([per_epoch[e] for e in (10, 29, 30, 59, 60, 80, 89)],
@@ -132,7 +145,7 @@ def test_warmup_longer_than_training():
 
 def test_callback_refuses_an_optimizer_built_with_a_schedule():
     with pytest.raises(ValueError, match="built with a learning-rate schedule"):
-        _fit(keras.optimizers.SGD(schedules.MultiStepDecay(0.1, [10])), [callbacks.LearningRateWarmup(1)], epochs=2)
+        _fit(keras.optimizers.SGD(schedules.MultiStepDecay(0.1, [10])), [callbacks.LearningRateWarmup(warmup_epochs=1)], epochs=2)
 
 
 def test_unknown_steps_per_epoch():
@@ -141,8 +154,8 @@ def test_unknown_steps_per_epoch():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     with pytest.raises(ValueError, match="pass steps_per_epoch="):
-        model.fit(ds, epochs=1, verbose=0, callbacks=[callbacks.LearningRateWarmup(1)])
-    model.fit(ds, epochs=1, verbose=0, callbacks=[callbacks.LearningRateWarmup(1, steps_per_epoch=2)])
+        model.fit(ds, epochs=1, verbose=0, callbacks=[callbacks.LearningRateWarmup(warmup_epochs=1)])
+    model.fit(ds, epochs=1, verbose=0, callbacks=[callbacks.LearningRateWarmup(warmup_epochs=1, steps_per_epoch=2)])
 
 
 def test_schedules_values_and_serialization():

@@ -1,5 +1,8 @@
 """Gradual (or constant) learning-rate warm-up per batch, with Horovod's semantics."""
 
+import warnings
+
+from tfring import runtime
 from tfring.callbacks.learning_rate_callback import LearningRateCallback
 from tfring.callbacks.learning_rate_callback import check_epochs
 
@@ -7,36 +10,38 @@ from tfring.callbacks.learning_rate_callback import check_epochs
 class LearningRateWarmup(LearningRateCallback):
     """Warms the learning rate up over the first `warmup_epochs` (Goyal et al. 2017).
 
-    The semantics of Horovod's `LearningRateWarmupCallback`: the target is the optimizer's rate
-    when training starts (already scaled for the global batch, e.g. by `tfring.scale_learning_rate`),
-    and warm-up starts from target / number of ranks — the single-process rate — rising linearly
-    per batch to the target at the end of epoch `warmup_epochs`. The rate is then set to the
-    target once and left alone, so a decay callback placed after this one takes over. On one
-    process the default start equals the target (nothing to warm up): pass `initial_lr`.
+    Horovod's `LearningRateWarmupCallback`, with its argument names, order and meaning:
+    `initial_lr` is the rate warm-up ends at (the rate for the global batch, e.g. from
+    `tfring.scale_learning_rate`; by default the optimizer's rate when training starts). Warm-up
+    starts from `initial_lr / number of ranks` (the single-process rate) and rises linearly per
+    batch to `initial_lr` at the end of epoch `warmup_epochs`. The rate is then set to `initial_lr`
+    once and left alone, so a decay callback placed after this one takes over. When the start
+    equals the end (one process, no `start_lr`) there is nothing to warm up: a warning says so.
 
     Args:
+        initial_lr: the rate at the end of warm-up (Horovod's meaning). Default: the optimizer's
+            rate at train begin.
         warmup_epochs: epochs of warm-up (may be fractional), >= 0.
-        initial_lr: the rate at the first batch. Default: target / `tfring.size()`.
-        target_lr: the rate at the end of warm-up. Default: the optimizer's rate at train begin.
-        mode: "gradual" (linear ramp) or "constant" (hold initial_lr, then jump to the target).
-        steps_per_epoch: batches per epoch; default: what `fit` knows.
         momentum_correction: scale momentum buffers by new/old rate at each change.
+        steps_per_epoch: batches per epoch; default: what `fit` knows.
         verbose: 1 prints when warm-up ends.
+        start_lr: (keyword only) the rate at the first batch. Default: `initial_lr / tfring.size()`.
+        mode: (keyword only) "gradual" (linear ramp) or "constant" (hold `start_lr`, then jump).
 
     Example:
 
     >>> lr = tfring.scale_learning_rate(0.1, global_batch_size=64 * tfring.size())
     >>> model.compile(optimizer=keras.optimizers.SGD(lr, momentum=0.9), loss="mse")
     >>> model.fit(ds, epochs=90, callbacks=[
-    ...     tfring.callbacks.LearningRateWarmup(warmup_epochs=5),
+    ...     tfring.callbacks.LearningRateWarmup(initial_lr=lr, warmup_epochs=5),
     ...     tfring.callbacks.MultiStepDecay(milestones=[30, 60, 80], factor=0.1)])
     """
 
-    def __init__(self, warmup_epochs=5, initial_lr=None, target_lr=None, mode="gradual", steps_per_epoch=None,
-                 momentum_correction=True, verbose=0):
+    def __init__(self, initial_lr=None, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
+                 verbose=0, *, start_lr=None, mode="gradual"):
         super().__init__(momentum_correction=momentum_correction, verbose=verbose)
         self.warmup_epochs = check_epochs("LearningRateWarmup", "warmup_epochs", warmup_epochs)
-        for what, value in (("initial_lr", initial_lr), ("target_lr", target_lr)):
+        for what, value in (("initial_lr", initial_lr), ("start_lr", start_lr)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ValueError(f"LearningRateWarmup: {what} must be a number >= 0, got {value!r}")
         if mode not in ("gradual", "constant"):
@@ -45,23 +50,27 @@ class LearningRateWarmup(LearningRateCallback):
                                             or steps_per_epoch <= 0):
             raise ValueError(f"LearningRateWarmup: steps_per_epoch must be a positive int, got {steps_per_epoch!r}")
         self.initial_lr = initial_lr
-        self.target_lr = target_lr
+        self.start_lr = start_lr
         self.mode = mode
         self.given_steps_per_epoch = steps_per_epoch
         self._done = False
+        self._warned = False
 
     def on_train_begin(self, logs=None):
-        import tfring
-
         epochs = (self.params or {}).get("epochs")
         if epochs is not None and self.warmup_epochs > epochs:
             raise ValueError(f"LearningRateWarmup: the warm-up ({self.warmup_epochs:g} epochs) is longer than "
                              f"the training ({epochs} epochs)")
         self._steps = self.steps_per_epoch(self.given_steps_per_epoch)
-        self._target = float(self.target_lr) if self.target_lr is not None else self.current_learning_rate()
-        size = tfring.size() if tfring.is_initialized() else 1
-        self._initial = float(self.initial_lr) if self.initial_lr is not None else self._target / size
+        self._target = float(self.initial_lr) if self.initial_lr is not None else self.current_learning_rate()
+        size = runtime.size() if runtime.is_initialized() else 1
+        self._initial = float(self.start_lr) if self.start_lr is not None else self._target / size
         self._done = False
+        if self._initial == self._target and self.warmup_epochs > 0 and not self._warned:
+            self._warned = True
+            warnings.warn(f"LearningRateWarmup: warm-up starts and ends at {self._target:g} ({size} rank(s), "
+                          f"start_lr not given), so it changes nothing. Horovod's meaning applies: initial_lr is "
+                          f"the rate after warm-up, which starts from initial_lr / ranks.", stacklevel=2)
 
     def learning_rate_at(self, epoch, batch):
         """The rate this callback sets at `batch` of `epoch` (None: after warm-up, not its business).

@@ -206,16 +206,17 @@ def tfrecord_dataset(prefix_or_pattern, batch_size, *, shuffle=True, shuffle_buf
                      shard="auto", prefetch="auto", seed=None, deterministic=False, skip_corrupt=False):
     """A `tf.data.Dataset` of `(features, label)` batches from shards written by `tfring convert`.
 
-    In a tfring job of N ranks with `shard="auto"`, each rank reads its own part: whole files when
-    there are at least N files (rank r reads files r, r+N, ...), else every N-th record. Every rank
-    gets the same number of batches (the smallest part decides), and the dataset is marked so that
-    `RingStrategy` does not shard it again: `batch_size` is then the PER-RANK batch (the global
-    batch is batch_size x N).
+    `batch_size` is the global batch, as everywhere under RingStrategy (`model.fit(batch_size=)`,
+    `dataset.batch(B)`): in a tfring job of N ranks with `shard="auto"`, each rank reads its own part
+    (whole files when there are at least N files: rank r reads files r, r+N, ...; else every N-th
+    record) in batches of batch_size / N rows. Every rank gets the same number of batches (the
+    smallest part decides), and the dataset is marked so that `RingStrategy` does not shard it again.
 
     Args:
         prefix_or_pattern: the output prefix given to `tfring convert` (`data/train`), or a glob of
             its shard files. `s3://` and `hdfs://` work where tensorflow-io loads (TF 2.17).
-        batch_size: records per batch (per rank in a multi-rank job).
+        batch_size: the global batch: records per step over all ranks. In a job of N ranks it must
+            divide by N (each rank's batches hold batch_size / N records).
         shuffle: shuffle records (file order and a buffer of `shuffle_buffer`).
         shuffle_buffer: the shuffle buffer's size in records.
         repeat: repeat forever (then pass `steps_per_epoch` to fit).
@@ -254,6 +255,10 @@ def tfrecord_dataset(prefix_or_pattern, batch_size, *, shuffle=True, shuffle_buf
     rank, size = (tfring.rank(), tfring.size()) if tfring.is_initialized() else (0, 1)
     if shard is None:
         size = 1
+    if batch_size % size:
+        raise ValueError(f"tfrecord_dataset: batch_size is the global batch ({batch_size}), which must divide "
+                         f"evenly among the {size} ranks; use a multiple of {size}")
+    rank_batch = batch_size // size
     by_file = size > 1 and (shard == "file" or (shard == "auto" and len(files) >= size))
     if by_file:
         if len(files) < size:
@@ -309,9 +314,9 @@ def tfrecord_dataset(prefix_or_pattern, batch_size, *, shuffle=True, shuffle_buf
         # strings) than parsing each record and batching the parsed tensors.
         dataset = dataset.map(lambda record: parse(record, batched=False), num_parallel_calls=parallel,
                               deterministic=deterministic)
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+        dataset = dataset.batch(rank_batch, drop_remainder=drop_remainder)
     else:
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+        dataset = dataset.batch(rank_batch, drop_remainder=drop_remainder)
         dataset = dataset.map(parse, num_parallel_calls=parallel, deterministic=deterministic)
     if map_fn is not None:
         dataset = dataset.map(map_fn, num_parallel_calls=parallel, deterministic=deterministic)

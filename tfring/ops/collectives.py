@@ -157,15 +157,20 @@ def allgather(tensor, name=None):
     return _chained(lambda: lib.tfring_allgather(tensor, name=name))
 
 
-def barrier(name=None):
+def barrier(name=None, label=""):
     """Returns once every rank has called it (in graph mode: an op to depend on).
+
+    Args:
+        name: optional op name.
+        label: what the barrier is for; errors name it (also in eager mode, where ops have no
+            names), e.g. when ranks reach different collectives.
 
     Example:
 
-    >>> tfring.ops.barrier()
+    >>> tfring.ops.barrier(label="end of epoch")
     """
     lib = _ops()
-    return _chained(lambda: lib.tfring_barrier(name=name))
+    return _chained(lambda: lib.tfring_barrier(label=label, name=name))
 
 
 def broadcast_variables(variables, root_rank=0):

@@ -20,6 +20,10 @@ import tempfile
 
 _MARK = "_tfring_rank0_writes"
 
+# The name of the barrier every save starts with: a rank that saves while another trains then
+# fails naming it, and `explain_save_mismatch` turns that into advice.
+SAVE_MARKER = "tfring_model_saving"
+
 
 def _ring_strategy(model):
     from tfring.strategy.ring_strategy import RingStrategy
@@ -30,10 +34,44 @@ def _ring_strategy(model):
     return None
 
 
-def _barrier():
+def _barrier(label=""):
     from tfring.ops import collectives
 
-    collectives.barrier()
+    collectives.barrier(label=label)
+
+
+def explain_save_mismatch(error):
+    """A clear error for a collective that failed because some ranks were saving and others not.
+
+    Horovod scripts save on rank 0 only (`if hvd.rank() == 0: model.save(...)`, a ModelCheckpoint
+    in rank 0's callbacks only); under RingStrategy every rank must run the save.
+
+    Args:
+        error: the exception a collective raised.
+
+    Returns:
+        A `RuntimeError` to raise instead, or None when `error` is not about a save.
+    """
+    if SAVE_MARKER not in str(error) or isinstance(error, RuntimeError):
+        return None  # (a RuntimeError here is this function's own, already explained)
+    return RuntimeError(
+        "tfring: a model save (model.save, save_weights, ModelCheckpoint or BackupAndRestore) ran on some "
+        "ranks only. Under RingStrategy every rank must run the save (tfring writes the file once, from "
+        "rank 0): call it on every rank and give ModelCheckpoint to fit on every rank, without "
+        f"`if rank == 0`. ({_first_line(error)})")
+
+
+def _first_line(error):
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _save_started():
+    import tensorflow as tf
+
+    try:
+        _barrier(label=SAVE_MARKER)
+    except tf.errors.OpError as e:
+        raise explain_save_mismatch(e) from e
 
 
 def _is_local(path):
@@ -73,6 +111,7 @@ def _rank0_writes(original):
         sharded = kwargs.get("max_shard_size") is not None
         if strategy is None or not _is_local(filepath) or sharded:
             return original(self, filepath, *args, **kwargs)
+        _save_started()
         path = os.path.abspath(os.fspath(filepath))
         directory, name = os.path.split(path)
         scratch = None

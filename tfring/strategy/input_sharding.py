@@ -6,8 +6,9 @@ Two ways, chosen per dataset (as MultiWorkerMirroredStrategy's AUTO policy does)
   and there are at least as many files as ranks: rank r reads files r, r + size, ... and splits
   each of its global batches into size pieces, so it reads only its own share of the data;
 - by record otherwise: every rank reads every global batch and keeps its contiguous slice of
-  B / size rows. Exact (the global batch is the one a single process sees) at the cost of reading
-  everything on every rank.
+  B / size rows (a short last batch splits as evenly as it can: 13 rows over 2 ranks are 7 and 6;
+  see `rank_slice`, and `step_rows` for how the step stays exact). Exact (the global batch is the
+  one a single process sees) at the cost of reading everything on every rank.
 
 A dataset whose auto-shard policy is OFF (sharded by its maker, e.g. `tfring.data.tfrecord_dataset`)
 is used as is.
@@ -157,31 +158,51 @@ def _static_global_batch(dataset, size):
     return batch
 
 
-def _checked_batch_size(element, size):
-    """The element's batch size, with run-time checks that it is one size divisible by size."""
+def _batch_size(element):
+    """The element's batch size, with a run-time check that all its components share it."""
     tensors = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
     batch = tf.shape(tensors[0])[0]
     checks = [tf.debugging.assert_equal(tf.shape(t)[0], batch, message=_NOT_BATCHED) for t in tensors[1:]]
-    checks.append(tf.debugging.assert_equal(
-        batch % size, 0,
-        message=f"RingStrategy: a global batch does not divide evenly among the {size} ranks "
-                f"(batch the dataset with a multiple of {size}, and use drop_remainder=True "
-                f"when the data does not divide into whole batches)"))
     with tf.control_dependencies(checks):
         return tf.identity(batch)
 
 
+def rank_slice(batch, rank, size):
+    """Rows [start, start + count) of a global batch of `batch` rows that rank `rank` takes.
+
+    The rows are split as evenly as possible and in rank order: the first `batch % size` ranks
+    take one row more (a last batch of 13 rows over 2 ranks: 7 and 6; 1 row over 2 ranks: 1 and 0).
+
+    Args:
+        batch: the global batch's row count (int or scalar tensor).
+        rank: this process's rank.
+        size: the number of ranks.
+
+    Returns:
+        (start, count).
+
+    Example:
+
+    >>> rank_slice(13, 1, 2)
+    (7, 6)
+    """
+    base, extra = batch // size, batch % size
+    count = base + (1 if rank < extra else 0) if isinstance(batch, int) else (
+        base + tf.cast(rank < extra, base.dtype))
+    start = base * rank + (min(rank, extra) if isinstance(batch, int) else tf.minimum(rank, extra))
+    return start, count
+
+
 def _slice_global_batches(dataset, rank, size, global_batch):
-    """Each element is a global batch of B rows; keep rows [rank*B/size, (rank+1)*B/size)."""
-    del global_batch  # checked statically by the caller; the run-time check covers the rest
+    """Each element is a global batch; keep this rank's rows of it (see `rank_slice`)."""
+    del global_batch  # checked statically by the caller; short last batches split unevenly
 
     def take_slice(*element):
         element = element[0] if len(element) == 1 else element
-        per_rank = _checked_batch_size(element, size) // size
-        start = per_rank * rank
+        start, count = rank_slice(_batch_size(element), rank, size)
 
         def cut(t):
-            return t[start:start + per_rank] if isinstance(t, tf.Tensor) and t.shape.rank else t
+            return t[start:start + count] if isinstance(t, tf.Tensor) and t.shape.rank else t
 
         return tf.nest.map_structure(cut, element)
 
@@ -196,7 +217,7 @@ def _shard_by_file(dataset, rank, size):
 
     def check(*element):
         element = element[0] if len(element) == 1 else element
-        with tf.control_dependencies([_checked_batch_size(element, size)]):
+        with tf.control_dependencies([_batch_size(element)]):
             return tf.nest.map_structure(lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element)
 
     dataset = dataset.map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

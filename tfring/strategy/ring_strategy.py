@@ -3,7 +3,8 @@
 Keras 3's TensorFlow trainer drives a strategy through a handful of calls; this strategy answers
 each of them across processes:
 
-- `num_replicas_in_sync` is the job size, so Keras scales each rank's loss by 1/size and the summed
+- `num_replicas_in_sync` is the job size; Keras scales each rank's loss by this rank's share of the
+  step's rows (1/size when the global batch divides evenly; see `step_rows`), so the summed
   gradients are the mean over the global batch;
 - the gradient `all_reduce` Keras requests (`ReplicaContext.all_reduce` -> `batch_reduce_to`)
   runs as one fused tfring allreduce;
@@ -27,7 +28,10 @@ import tfring
 from tfring.ops import collectives
 from tfring.strategy import checkpointing
 from tfring.strategy import input_sharding
+from tfring.strategy import local_predict
+from tfring.strategy import reporting
 from tfring.strategy import scope_check
+from tfring.strategy import step_rows
 
 
 def _unwrap_initial_value(initial_value):
@@ -65,6 +69,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self._rank = rank
         self._size = size
         self._compression = compression
+        self.step_rows = None  # the StepRows of the step being traced (see step_rows)
 
     # ---- replicas ----
     @property
@@ -75,7 +80,11 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         return 0
 
     def _in_multi_worker_mode(self):
-        return self._size > 1
+        # False keeps tf.distribute's input iterator local: in multi-worker mode it all-reduces
+        # "has data" at every get_next, a collective Keras' steps_per_execution loop runs unordered
+        # with the step's own (ranks then disagree on the order). Ranks agree on each step's rows
+        # inside the step instead (step_rows).
+        return False
 
     # ---- variables ----
     def _create_variable(self, next_creator, **kwargs):
@@ -138,10 +147,15 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         kwargs = distribute_utils.select_replica(0, kwargs)
         graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
         first_new_op = len(graph.get_operations()) if graph is not None else 0
-        with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
-            outputs = fn(*args, **kwargs)
         if self._size == 1:
-            return outputs
+            with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
+                return fn(*args, **kwargs)
+        with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
+            self.step_rows = step_rows.StepRows.of((args, kwargs), self._size)
+            try:
+                outputs = fn(*args, **kwargs)
+            finally:
+                self.step_rows = None
         if graph is None:
             return tf.nest.map_structure(self._gather_output, outputs)
         # Collectives inside nested control flow (a tf.cond branch, e.g. LossScaleOptimizer's
@@ -206,12 +220,19 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
                 if reduce_op == tf.distribute.ReduceOp.MEAN:
                     return tf.reduce_mean(stacked, axis=0)
                 return tf.reduce_sum(stacked, axis=0)
+            rows = self.step_rows
+            local = tf.convert_to_tensor(local)
+            if rows is not None and reduce_op == tf.distribute.ReduceOp.MEAN and local.dtype.is_floating:
+                # A statistic of each rank's rows (batch-norm moving averages): weight by rows.
+                return self._reduce_values(tf.distribute.ReduceOp.SUM, [rows.weighted(local)])[0]
             return self._reduce_values(reduce_op, [local])[0]
 
         return tf.nest.map_structure(one, value)
 
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
         values = [self._local_value(v) for v, _ in value_destination_pairs]
+        if self.step_rows is not None and values:
+            values = self.step_rows.zero_if_empty(values)  # a rank without rows adds nothing
         return self._reduce_values(reduce_op, values)
 
     def _local_results(self, value):
@@ -256,9 +277,10 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
     """Synchronous data parallelism with one replica per process, over tfring's ring allreduce.
 
     Build and compile the model inside `strategy.scope()`, then call `model.fit` as usual on every
-    rank with the same code. A dataset batched with B yields per step one global batch of B rows:
-    each rank trains on its B / size rows, gradients are averaged over the global batch, and the
-    printed loss and metrics are global.
+    rank with the same code. `batch_size` (and `dataset.batch(B)`) is the global batch: each rank
+    trains on its B / size rows, gradients are averaged over the global batch, and the printed loss
+    and metrics are global. Any number of rows works: a short last batch is split as evenly as it
+    can be and weighted by rows, so `fit`, `evaluate` and `predict` equal one process.
 
     Args:
         fusion_threshold_bytes: most bytes per fused allreduce pass (see `tfring.init`).
@@ -289,6 +311,9 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
         self.size = tfring.size()
         checkpointing.install()
         scope_check.install()
+        step_rows.install()
+        reporting.install()
+        local_predict.install()
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), tfring.local_rank())
         extended = RingExtended(self, device, self.rank, self.size, wire[compression])

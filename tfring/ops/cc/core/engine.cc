@@ -67,17 +67,28 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// `all[k]` is rank k's description, then a last line "name: <op name>" (not part of the digest:
+// names only make the message clearer, e.g. which rank was saving a model).
 std::string mismatchMessage(const Request& r, const std::vector<std::string>& all) {
-  auto first = split(all[0]);
+  auto described = [](const std::string& text, std::string* name) {
+    auto lines = split(text);
+    if (!lines.empty() && lines.back().rfind("name: ", 0) == 0) {
+      *name = lines.back().substr(6);
+      lines.pop_back();
+    }
+    return lines;
+  };
+  std::string name0, namek;
+  auto first = described(all[0], &name0);
   for (size_t k = 1; k < all.size(); ++k) {
-    auto other = split(all[k]);
+    auto other = described(all[k], &namek);
     if (other == first) continue;
     std::string prefix = std::string("tfring.") + kindName(r.kind) + " '" + r.name +
                          "': ranks passed different inputs: ";
     if (first[0] != other[0]) {
-      return prefix + "rank 0 called " + first[0] + " but rank " + std::to_string(k) + " called " + other[0] +
-             " (if this is not a bug in the program, the ranks are out of step: did they run different "
-             "numbers of steps, e.g. on datasets of different sizes?)";
+      return prefix + "rank 0 called " + first[0] + " ('" + name0 + "') but rank " + std::to_string(k) + " called " +
+             other[0] + " ('" + namek + "') (if this is not a bug in the program, the ranks are out of step: did " +
+             "they run different numbers of steps, e.g. on datasets of different sizes?)";
     }
     for (size_t i = 1; i < first.size() && i < other.size(); ++i) {
       if (first[i] != other[i] && first[i].rfind("passes:", 0) == 0) {
@@ -203,7 +214,7 @@ void Engine::validate(const Request& r, Deadline d) {
   for (const auto& dg : digests) same = same && dg == digests[0];
   if (same) return;
   // Every rank saw the same digests, so every rank takes this path and the ring stays in step.
-  auto all = allgatherStrings(transport_.get(), config_.size, mine, d);
+  auto all = allgatherStrings(transport_.get(), config_.size, mine + "name: " + r.name + "\n", d);
   throw Error(Code::kInvalidArgument, mismatchMessage(r, all));
 }
 

@@ -170,16 +170,19 @@ class AllgatherOp : public AsyncOpKernel {
 
 class BarrierOp : public AsyncOpKernel {
  public:
-  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("label", &label_)); }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     auto rt = runtimeOrFail(ctx);
     if (!rt) return done();
     Request req;
     req.kind = OpKind::kBarrier;
-    req.name = name();
+    req.name = label_.empty() ? name() : label_;
     req.done = finisher(ctx, done);
     rt->engine().enqueue(std::move(req));
   }
+
+ private:
+  std::string label_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(tensorflow::DEVICE_CPU), AllreduceOp);

@@ -66,11 +66,14 @@ dimension may differ between ranks; the others must match.
 )doc");
 
 REGISTER_OP("TfringBarrier")
+    .Attr("label: string = ''")
     .SetIsDistributedCommunication()
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
 Completes once every rank has reached it.
+
+label: what the barrier is for, named in errors (eager ops have no name of their own).
 )doc");
 
 REGISTER_OP("TfringLarsUpdate")

@@ -94,6 +94,8 @@ TEST(engine_mismatched_dtype_and_op) {
     Status s = call(e, std::move(r));
     CHECK(!s.ok);
     CHECK(s.message.find("op=sum") != std::string::npos && s.message.find("op=max") != std::string::npos);
+    // Each side's op name is quoted, so a message can tell what each rank was doing.
+    CHECK(s.message.find("('grads') but rank 1") != std::string::npos);
   });
 }
 

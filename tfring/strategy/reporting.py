@@ -1,0 +1,75 @@
+"""Reporting happens once per job: rank 0 prints progress and writes logs; the other ranks stay quiet.
+
+Every rank runs the same script, so without help each one would print its own progress bar (seen
+twice under mpirun or srun, which show every rank's output) and every TensorBoard, CSVLogger or
+RemoteMonitor callback would write or send the same global numbers once per rank (two event files
+per run folder, every CSV row twice). Horovod users write `verbose=1 if hvd.rank() == 0 else 0` and
+add such callbacks on rank 0 only; tfring does it for them.
+
+`install()` wraps `keras.Model.fit`, `evaluate` and `predict`: for a model of a RingStrategy with
+more than one rank, ranks other than 0 run with `verbose=0` and without the callbacks listed in
+`REPORTING_CALLBACKS`. Every other callback runs on every rank (the logs they see are global, so
+EarlyStopping, ReduceLROnPlateau or TerminateOnNaN decide the same on every rank); ModelCheckpoint
+and BackupAndRestore run everywhere and write once (see `checkpointing`).
+"""
+
+import functools
+import inspect
+
+_MARK = "_tfring_reports_once"
+
+
+def reporting_callbacks():
+    """The Keras callback classes that only report, and so run on rank 0 only.
+
+    Returns:
+        A tuple of classes: TensorBoard, CSVLogger, RemoteMonitor, ProgbarLogger.
+
+    Example:
+
+    >>> keras.callbacks.CSVLogger in reporting_callbacks()
+    True
+    """
+    import keras
+
+    return (keras.callbacks.TensorBoard, keras.callbacks.CSVLogger, keras.callbacks.RemoteMonitor,
+            keras.callbacks.ProgbarLogger)
+
+
+def _quiet_rank(model):
+    """True when `model` belongs to a multi-rank RingStrategy and this process is not rank 0."""
+    strategy = getattr(model, "_distribute_strategy", None)
+    return getattr(strategy, "size", 1) > 1 and getattr(strategy, "rank", 0) != 0
+
+
+def _quietly(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):
+        if not _quiet_rank(self):
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["verbose"] = 0
+        callbacks = bound.arguments.get("callbacks")
+        if isinstance(callbacks, (list, tuple)):
+            bound.arguments["callbacks"] = [c for c in callbacks if not isinstance(c, reporting_callbacks())]
+        return original(*bound.args, **bound.kwargs)
+
+    setattr(call, _MARK, True)
+    return call
+
+
+def install():
+    """Wraps `keras.Model.fit`, `evaluate` and `predict` (see the module docstring). Idempotent.
+
+    Example:
+
+    >>> install()
+    """
+    import keras
+
+    for name in ("fit", "evaluate", "predict"):
+        current = getattr(keras.Model, name)
+        if not getattr(current, _MARK, False):
+            setattr(keras.Model, name, _quietly(current))
