@@ -6,9 +6,11 @@ ReduceLROnPlateau, TerminateOnNaN) decide the same on every rank.
 """
 
 import csv
+import http.server
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 
@@ -99,6 +101,7 @@ def lr(m):
 
 m = model()
 report = [keras.callbacks.TensorBoard(log_dir=f"{out}/tb"), keras.callbacks.CSVLogger(f"{out}/log.csv", append=True),
+          keras.callbacks.RemoteMonitor(root=os.environ["MONITOR"]),
           keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: print("LAMBDA", e)),
           keras.callbacks.LearningRateScheduler(lambda e, rate: rate * 0.5)]
 for _ in range(2):
@@ -131,9 +134,30 @@ print("EMA", bool(np.all(g == g[0])), bool(np.all(np.isfinite(g))))
 '''
 
 
+class _Monitor(http.server.BaseHTTPRequestHandler):
+    posts = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.posts.append(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
 def test_every_callback_acts_once_or_alike_on_every_rank(tmp_path):
-    proc = run_job(2, CALLBACKS, env={"OUT": str(tmp_path), "PYTHONWARNINGS": "ignore"})
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Monitor)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {"OUT": str(tmp_path), "PYTHONWARNINGS": "ignore", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
+               "MONITOR": f"http://127.0.0.1:{server.server_address[1]}"}
+        proc = run_job(2, CALLBACKS, env=env)
+    finally:
+        server.shutdown()
+        server.server_close()
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(_Monitor.posts) == 4, _Monitor.posts  # RemoteMonitor: one post per epoch, from rank 0
     r0, r1 = [(tmp_path / f"stdout{r}.txt").read_text() for r in (0, 1)]
     # Progress bars and TensorBoard/CSV logs: rank 0 only. LambdaCallback: every rank (documented).
     assert "/step" in r0 and "/step" not in r1, r1

@@ -16,6 +16,9 @@ from tfring.runtime import shutdown
 from tfring.runtime import size
 from tfring.runtime import transport_name
 from tfring.lr_scaling import scale_learning_rate
+from tfring.chief import RankFilter
+from tfring.chief import is_chief
+from tfring.chief import print0
 from tfring.keras_registration import register_when_keras_loads
 
 register_when_keras_loads()
@@ -24,7 +27,8 @@ __version__ = "0.1.0"
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "transport_name", "ops", "RingStrategy", "optimizers", "callbacks", "schedules",
-           "data", "scale_learning_rate"]
+           "data", "scale_learning_rate", "is_chief", "print0", "RankFilter", "broadcast_object",
+           "allgather_object"]
 
 
 def __getattr__(name):
@@ -33,6 +37,8 @@ def __getattr__(name):
 
     if name in ("ops", "optimizers", "callbacks", "schedules", "data"):
         return importlib.import_module(f"tfring.{name}")
+    if name in ("broadcast_object", "allgather_object"):
+        return getattr(importlib.import_module("tfring.ops.objects"), name)
     if name == "RingStrategy":
         return importlib.import_module("tfring.strategy.ring_strategy").RingStrategy
     raise AttributeError(f"module 'tfring' has no attribute {name!r}")

@@ -76,7 +76,11 @@ def main(argv=None):
         if args.timeout is not None and args.timeout <= 0:
             print(f"tfring run: --timeout must be > 0, got {args.timeout}", file=sys.stderr)
             return 2
-        return launcher.run(program, args.np, timeout=args.timeout, all_output=args.all_output)
+        try:
+            return launcher.run(program, args.np, timeout=args.timeout, all_output=args.all_output)
+        except launcher.StartError as e:
+            print(e, file=sys.stderr)
+            return 127
     if args.command == "convert":
         return _convert(args)
     return 2

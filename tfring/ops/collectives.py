@@ -62,6 +62,23 @@ def _chained(make):
     return result
 
 
+def ordered(make):
+    """Builds `make()` (ops that run collectives, e.g. a `tf.cond` with one in each branch) in
+    program order with this graph's other collectives, as every collective of this module is.
+
+    Args:
+        make: a function returning a tensor or a list/tuple of tensors.
+
+    Returns:
+        What `make()` returns.
+
+    Example:
+
+    >>> values, rows = ordered(lambda: tf.cond(dense, reduce_dense, gather_rows))
+    """
+    return _chained(make)
+
+
 def allreduce(tensors, op="sum", name=None):
     """Reduces tensors elementwise across all ranks.
 

@@ -12,6 +12,7 @@ are already computed per host so that they can be added without changing the env
 import ctypes
 import dataclasses
 import os
+import re
 import secrets
 import signal
 import socket
@@ -84,14 +85,57 @@ def _die_with(parent_pid):
     return arm
 
 
-def _pump(stream, rank, sink, show):
-    """Copies a child's output line by line, prefixed with its rank."""
+# "path.py:12: UserWarning: text", the first line of a Python warning (its source line follows).
+_WARNING_LINE = re.compile(rb"^\S.*:\d+: \w*Warning: ")
+
+
+class WarningsOnce:
+    """Lets each distinct Python warning through once per job: the ranks run the same code, so
+    rank 1's copy of rank 0's warning (and its indented source line) says nothing new."""
+
+    def __init__(self):
+        self._seen = set()
+        self._lock = threading.Lock()
+
+    def filter(self):
+        """A per-stream predicate: line -> keep it?"""
+        dropping = [False]
+
+        def keep(line):
+            if dropping[0] and line[:1] in (b" ", b"\t"):
+                return False  # the source line of a dropped warning
+            dropping[0] = False
+            if not _WARNING_LINE.match(line):
+                return True
+            with self._lock:
+                if line in self._seen:
+                    dropping[0] = True
+                    return False
+                self._seen.add(line)
+            return True
+
+        return keep
+
+
+def _pump(stream, rank, sink, show, keep=None):
+    """Copies a child's output line by line, prefixed with its rank (lines `keep` refuses: not)."""
     prefix = f"[{rank}] ".encode()
     for line in iter(stream.readline, b""):
-        if show:
+        if show and (keep is None or keep(line)):
             sink.buffer.write(prefix + line)
             sink.buffer.flush()
     stream.close()
+
+
+def _cannot_start(command, error):
+    hint = ""
+    if command[0].endswith(".py"):
+        hint = f" (to run a Python script, name the interpreter: tfring run -np N python {' '.join(command)})"
+    return f"tfring run: cannot start {command[0]!r}: {error.strerror or error}{hint}"
+
+
+class StartError(RuntimeError):
+    """The command could not be started (not found, not executable): a one-line message."""
 
 
 class Job:
@@ -102,6 +146,7 @@ class Job:
         self.slots = plan_slots(num_processes)
         self.timeout = timeout
         self.all_output = all_output
+        self._warnings = WarningsOnce()
         self.base_env = dict(os.environ if env is None else env)
         self.procs = []
         self.threads = []
@@ -143,11 +188,12 @@ class Job:
                                         start_new_session=True, preexec_fn=_die_with(os.getpid()))
             except OSError as e:
                 self.terminate()
-                raise RuntimeError(f"tfring run: cannot start {self.command[0]!r}: {e}") from e
+                raise StartError(_cannot_start(self.command, e)) from e
             self.procs.append(proc)
             show_stdout = self.all_output or slot.rank == 0
+            keep = None if self.all_output else self._warnings.filter()
             for stream, sink, show in ((proc.stdout, sys.stdout, show_stdout), (proc.stderr, sys.stderr, True)):
-                t = threading.Thread(target=_pump, args=(stream, slot.rank, sink, show), daemon=True)
+                t = threading.Thread(target=_pump, args=(stream, slot.rank, sink, show, keep), daemon=True)
                 t.start()
                 self.threads.append(t)
 

@@ -101,7 +101,31 @@ def test_bad_arguments_are_refused():
     proc = _run(["-np", "2"])
     assert proc.returncode == 2 and "no command" in proc.stderr
     proc = _run(["-np", "1", "/nonexistent/program"])
-    assert proc.returncode != 0 and "cannot start" in proc.stderr
+    assert proc.returncode == 127 and proc.stderr.strip().splitlines() == [
+        "tfring run: cannot start '/nonexistent/program': No such file or directory"], proc.stderr
+
+
+def test_a_forgotten_python_is_one_line_with_the_fix(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    proc = _run(["-np", "2", str(script)])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 127 and len(lines) == 1, proc.stderr
+    assert "Permission denied" in lines[0] and f"tfring run -np N python {script}" in lines[0]
+
+
+WARN = ("import warnings, os; warnings.warn('deprecated thing'); "
+        "warnings.warn('rank ' + os.environ['TFRING_RANK'] + ' only')")
+
+
+@pytest.mark.parametrize("all_output", [False, True])
+def test_python_warnings_of_other_ranks_are_shown_once(all_output):
+    proc = _run(["-np", "3"] + (["--all-output"] if all_output else []) + [sys.executable, "-c", WARN])
+    assert proc.returncode == 0, proc.stderr
+    same = [line for line in proc.stderr.splitlines() if "UserWarning: deprecated thing" in line]
+    assert len(same) == (3 if all_output else 1), proc.stderr
+    for r in range(3):  # a warning that differs per rank is shown from every rank
+        assert f"UserWarning: rank {r} only" in proc.stderr
 
 
 def test_timeout_option_reaches_the_ranks():

@@ -31,6 +31,7 @@ from tfring.strategy import input_sharding
 from tfring.strategy import local_predict
 from tfring.strategy import reporting
 from tfring.strategy import scope_check
+from tfring.strategy import sparse_gradients
 from tfring.strategy import step_rows
 
 
@@ -64,11 +65,12 @@ class _RingReplicaContext(distribute_lib.ReplicaContext):
 class RingExtended(one_device_strategy.OneDeviceExtended):
     """The strategy's implementation; see the module docstring for what each override is for."""
 
-    def __init__(self, container_strategy, device, rank, size, compression):
+    def __init__(self, container_strategy, device, rank, size, compression, sparse_as_dense=False):
         super().__init__(container_strategy, device)
         self._rank = rank
         self._size = size
         self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
 
     # ---- replicas ----
@@ -204,7 +206,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     def _local_value(self, value):
         if isinstance(value, tf.IndexedSlices):
-            return tf.convert_to_tensor(value)  # sparse gradients are densified
+            return tf.convert_to_tensor(value)  # (batch reductions keep them sparse: sparse_gradients)
         if isinstance(value, values_lib.SyncOnReadVariable):
             return value._get_on_device_or_primary().read_value()
         if isinstance(value, values_lib.DistributedValues):
@@ -230,10 +232,21 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         return tf.nest.map_structure(one, value)
 
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
-        values = [self._local_value(v) for v, _ in value_destination_pairs]
-        if self.step_rows is not None and values:
-            values = self.step_rows.zero_if_empty(values)  # a rank without rows adds nothing
-        return self._reduce_values(reduce_op, values)
+        values = [v if isinstance(v, tf.IndexedSlices) else self._local_value(v) for v, _ in value_destination_pairs]
+        dense = [k for k, v in enumerate(values) if not isinstance(v, tf.IndexedSlices)]
+        sparse = [k for k, v in enumerate(values) if isinstance(v, tf.IndexedSlices)]
+        reduced = list(values)
+        dense_values = [values[k] for k in dense]
+        if self.step_rows is not None and dense_values:
+            dense_values = self.step_rows.zero_if_empty(dense_values)  # a rank without rows adds nothing
+        for k, r in zip(dense, self._reduce_values(reduce_op, dense_values)):
+            reduced[k] = r
+        if sparse and self._size > 1:
+            slices = sparse_gradients.reduce_slices([values[k] for k in sparse], self._size, self._sparse_as_dense,
+                                                    mean=reduce_op == tf.distribute.ReduceOp.MEAN)
+            for k, r in zip(sparse, slices):
+                reduced[k] = r
+        return reduced
 
     def _local_results(self, value):
         if isinstance(value, values_lib.DistributedValues):
@@ -289,6 +302,9 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
         device: where this rank's replica runs. None (default): GPU `local_rank % visible GPUs`
             where TensorFlow sees a GPU (give each process its own GPU, e.g. with
             CUDA_VISIBLE_DEVICES, or let the local rank choose), else the CPU.
+        sparse_as_dense: densify sparse gradients (an Embedding's `tf.IndexedSlices`) and
+            all-reduce them. Default False: their rows are allgathered, unless so many rows are
+            touched that the dense allreduce moves fewer bytes (see `sparse_gradients`).
 
     Example:
 
@@ -299,7 +315,8 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
     >>> model.fit(x, y, batch_size=64, epochs=1)
     """
 
-    def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None):
+    def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None,
+                 sparse_as_dense=False):
         wire = {None: None, "none": None, "fp16": tf.float16, "bf16": tf.bfloat16}
         if compression not in wire:
             raise ValueError(f"RingStrategy: compression must be None, 'fp16' or 'bf16', got {compression!r}")
@@ -316,5 +333,5 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
         local_predict.install()
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), tfring.local_rank())
-        extended = RingExtended(self, device, self.rank, self.size, wire[compression])
+        extended = RingExtended(self, device, self.rank, self.size, wire[compression], bool(sparse_as_dense))
         distribute_lib.Strategy.__init__(self, extended)

@@ -1,0 +1,55 @@
+"""Helpers a Horovod or torchrun user reaches for: is_chief, print0, RankFilter, broadcast/allgather_object."""
+
+import json
+
+from tfring.testing import rank_lines
+from tfring.testing import run_job
+
+SCRIPT = r'''
+import json, logging, sys
+import tfring
+
+tfring.print0("ONLY-ON-CHIEF", tfring.is_chief())
+print("CHIEF", tfring.rank(), tfring.is_chief())
+handler = logging.StreamHandler(sys.stdout)
+handler.addFilter(tfring.RankFilter())
+log = logging.getLogger("user")
+log.addHandler(handler)
+log.setLevel(logging.INFO)
+log.info("INFO-LINE")
+log.warning("WARN-LINE")
+
+mine = {"rank": tfring.rank(), "files": ["a"] * tfring.rank(), "nested": {"x": [1.5, None, True]}}
+print("BCAST", json.dumps(tfring.broadcast_object(mine if tfring.rank() == 1 else None, root_rank=1)))
+print("GATHER", json.dumps(tfring.allgather_object(mine)))
+print("EMPTY", json.dumps(tfring.allgather_object("" if tfring.rank() else [])))
+for case in ("unserialisable", "too_big"):
+    try:
+        if case == "unserialisable":
+            tfring.allgather_object(object() if tfring.rank() == 2 else 1)
+        else:
+            tfring.broadcast_object("x" * 100, max_bytes=50)
+    except ValueError as e:
+        print("ERROR", case, e)
+print("AFTER", tfring.allgather_object(tfring.rank()))  # the ranks are still in step
+'''
+
+
+def test_helpers_on_three_ranks():
+    proc = run_job(3, SCRIPT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in range(3):
+        lines = rank_lines(proc.stdout, rank)
+        assert ("ONLY-ON-CHIEF True" in lines) == (rank == 0)
+        assert f"CHIEF {rank} {rank == 0}" in lines
+        assert ("INFO-LINE" in lines) == (rank == 0)
+        assert ("WARN-LINE" if rank == 0 else f"[rank {rank}] WARN-LINE") in lines
+        bcast = json.loads(next(l for l in lines if l.startswith("BCAST"))[6:])
+        assert bcast == {"rank": 1, "files": ["a"], "nested": {"x": [1.5, None, True]}}
+        gathered = json.loads(next(l for l in lines if l.startswith("GATHER"))[7:])
+        assert [g["rank"] for g in gathered] == [0, 1, 2] and gathered[2]["files"] == ["a", "a"]
+        assert json.loads(next(l for l in lines if l.startswith("EMPTY"))[6:]) == [[], "", ""]
+        errors = [l for l in lines if l.startswith("ERROR")]
+        assert "not JSON-serialisable" in errors[0] and "(on rank 2)" in errors[0], errors
+        assert "over the limit of 50 (max_bytes)" in errors[1], errors
+        assert "AFTER [0, 1, 2]" in lines

@@ -1,0 +1,29 @@
+"""The README's porting guide, run as written: its script under `tfring run -np 2`."""
+
+import os
+import re
+
+from tfring.testing import rank_lines
+from tfring.testing import run_job
+
+README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+
+
+def _porting_script():
+    text = open(README).read()
+    match = re.search(r"<!-- porting-guide-script -->\n```python\n(.*?)```", text, re.S)
+    assert match, "the README lost its porting-guide script"
+    return match.group(1)
+
+
+def test_the_porting_guide_script_runs_as_written(tmp_path):
+    script = "import os\nos.chdir(os.environ['WORKDIR'])\n" + _porting_script()
+    proc = run_job(2, script, env={"WORKDIR": str(tmp_path), "PYTHONWARNINGS": "ignore"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = [line for line in rank_lines(proc.stdout, 0) if line.startswith("validation:")]
+    assert len(result) == 1 and "'accuracy'" in result[0], proc.stdout[-2000:]
+    assert not [line for line in rank_lines(proc.stdout, 1) if line.startswith("validation:")]
+    for name in ("model.keras", "ckpt/best.keras", "train_log.csv"):
+        assert (tmp_path / name).exists(), name
+    rows = (tmp_path / "train_log.csv").read_text().strip().splitlines()
+    assert rows[0].startswith("epoch") and 2 <= len(rows) - 1 <= 5, rows  # one row per epoch, written once

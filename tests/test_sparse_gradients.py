@@ -1,0 +1,77 @@
+"""Sparse gradients (an Embedding's tf.IndexedSlices): allgathered as rows, results equal one process."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfring.testing import QUIET_ENV
+from tfring.testing import rank_lines
+from tfring.testing import run_job
+
+SCRIPT = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+from tfring.strategy import sparse_gradients
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+out = os.environ["OUT"]
+calls = []
+original = sparse_gradients.reduce_slices
+sparse_gradients.reduce_slices = lambda slices, *a, **k: calls.append(len(slices)) or original(slices, *a, **k)
+
+
+def run(name, vocab, optimizer, sparse_as_dense):
+    strategy = tfring.RingStrategy(sparse_as_dense=sparse_as_dense)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, vocab, (97, 5))  # 97 rows in batches of 32: the last one leaves ranks without rows
+    y = (x[:, 0] % 3).astype("int32")
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        m = keras.Sequential([keras.Input((5,), dtype="int64"), keras.layers.Embedding(vocab, 4),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
+        m.compile(optimizer=keras.optimizers.get(optimizer),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    m.fit(x, y, batch_size=32, epochs=2, verbose=0, shuffle=False)
+    w = np.concatenate([v.numpy().ravel() for v in m.weights])
+    np.save(f"{out}/{name}-{strategy.rank}of{strategy.size}.npy", w)
+
+
+CASES = {"gathered_sgd": (50000, "sgd", False), "gathered_adam": (50000, "adam", False),
+         "densified_by_count": (20, "sgd", False), "sparse_as_dense": (50000, "sgd", True)}
+for name in os.environ["CASES"].split(","):
+    run(name, *CASES[name])
+print("SPARSE_REDUCTIONS", len(calls))
+'''
+
+CASES = ["gathered_sgd", "gathered_adam", "densified_by_count", "sparse_as_dense"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sparse")
+    env = {"OUT": str(out), "PYTHONWARNINGS": "ignore", "CASES": ",".join(CASES)}
+    single = {k: v for k, v in dict(os.environ, **QUIET_ENV, **env).items() if not k.startswith("TFRING_")}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=single, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for size in (2, 3):
+        proc = run_job(size, SCRIPT, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        # Each case's train step (traced once) handed the Embedding gradient over as IndexedSlices.
+        assert "SPARSE_REDUCTIONS 4" in rank_lines(proc.stdout, 0), proc.stdout[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("case", CASES)
+def test_sparse_gradients_equal_one_process(results, case, size):
+    one = np.load(results / f"{case}-0of1.npy")
+    ranks = [np.load(results / f"{case}-{r}of{size}.npy") for r in range(size)]
+    for w in ranks[1:]:
+        assert np.array_equal(w, ranks[0])
+    assert np.max(np.abs(ranks[0] - one)) <= 1e-5
