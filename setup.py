@@ -37,7 +37,7 @@ class BuildPyWithOps(build_py):
 
 setup(
     name="tfring",
-    version="0.1.0",
+    version="0.2.0",
     description="Synchronous data-parallel training for Keras 3 / TensorFlow over a fused ring allreduce",
     python_requires=">=3.10",
     packages=find_packages(include=["tfring", "tfring.*"]),

@@ -33,13 +33,16 @@ strategy = tfring.RingStrategy()
 out = os.environ["OUT"]
 
 
-def model(spe, bn):
+def model(spe, bn, accumulate=None, loss_scale=False):
     keras.utils.set_random_seed(1)
     with strategy.scope():
         layers = [keras.Input((16,)), keras.layers.Dense(8, activation="relu")]
         layers += [keras.layers.BatchNormalization()] if bn else []
         m = keras.Sequential(layers + [keras.layers.Dense(3)])
-        m.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"], steps_per_execution=spe,
+        optimizer = keras.optimizers.SGD(0.1, gradient_accumulation_steps=accumulate)
+        if loss_scale:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        m.compile(optimizer=optimizer, metrics=["accuracy"], steps_per_execution=spe,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return m
 
@@ -48,8 +51,8 @@ def batches(n, b):
     return tf.data.Dataset.from_tensor_slices((X[:n], Y[:n])).batch(b)
 
 
-def run(name, rows, batch, source, spe=1, bn=False):
-    m = model(spe, bn)
+def run(name, rows, batch, source, spe=1, bn=False, **options):
+    m = model(spe, bn, **options)
     x, y = X[:rows], Y[:rows]
     fit = dict(epochs=2, verbose=0)
     if source == "numpy":
@@ -63,7 +66,9 @@ def run(name, rows, batch, source, spe=1, bn=False):
     ev = m.evaluate(x, y, batch_size=batch, verbose=0, return_dict=True)
     p = m.predict(x, batch_size=batch, verbose=0)
     w = np.concatenate([v.numpy().ravel() for v in m.weights])
-    np.savez(f"{out}/{name}-{strategy.rank}of{strategy.size}.npz", w=w, p=p,
+    # (Keras' gradient accumulators are each rank's partial sums: summed when they are applied.)
+    opt = [float(v.numpy()) for v in m.optimizer.variables if "accumulator" not in v.path and v.shape == ()]
+    np.savez(f"{out}/{name}-{strategy.rank}of{strategy.size}.npz", w=w, p=p, opt=opt,
              logs=json.dumps({"fit": h.history, "eval": ev}))
 
 
@@ -73,26 +78,32 @@ CASES = {
     "spe1": (1797, 140, "tfdata", 1), "spe2": (1797, 140, "tfdata", 2),
     "spe4": (1797, 140, "numpy", 4), "spe8": (1797, 140, "validation_data", 8),
     "batchnorm": (9, 8, "numpy", 1, True),
+    # Keras' gradient accumulators are assigned inside the step (averaged deltas, not statistics).
+    "accumulate": (501, 64, "numpy", 1, False, {"accumulate": 3}),
+    # LossScaleOptimizer asks every rank "are my gradients finite?": a rank without rows has no say.
+    "lossscale": (9, 8, "numpy", 1, True, {"loss_scale": True}),
 }
 for name in os.environ["CASES"].split(","):
-    run(name, *CASES[name])
+    case = CASES[name]
+    options = case[-1] if isinstance(case[-1], dict) else {}
+    run(name, *(case[:-1] if options else case), **options)
 '''
 
-EQUAL_CASES = ["rows1", "rows7", "rows13", "rows501", "rows1797", "spe1", "spe2", "spe4", "spe8"]
-THREE_RANK_CASES = ["rows1", "rows13", "rows501", "rows1797", "spe4", "batchnorm"]
+EQUAL_CASES = ["rows1", "rows7", "rows13", "rows501", "rows1797", "spe1", "spe2", "spe4", "spe8", "accumulate"]
+THREE_RANK_CASES = ["rows1", "rows13", "rows501", "rows1797", "spe4", "accumulate", "batchnorm"]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("uneven")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore"}
-    single = dict(os.environ, **QUIET_ENV, **env, CASES=",".join(EQUAL_CASES))
+    single = dict(os.environ, **QUIET_ENV, **env, CASES=",".join(EQUAL_CASES + ["lossscale"]))
     single = {k: v for k, v in single.items() if not k.startswith("TFRING_")}
     script = out / "cases.py"
     script.write_text(SCRIPT)
     proc = subprocess.run([sys.executable, str(script)], env=single, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for size, cases in ((2, EQUAL_CASES + ["batchnorm"]), (3, THREE_RANK_CASES)):
+    for size, cases in ((2, EQUAL_CASES + ["batchnorm", "lossscale"]), (3, THREE_RANK_CASES)):
         proc = run_job(size, SCRIPT, env=dict(env, CASES=",".join(cases)), timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -101,6 +112,10 @@ def results(tmp_path_factory):
 def _load(out, name, rank, size):
     data = np.load(out / f"{name}-{rank}of{size}.npz")
     return data["w"], data["p"], json.loads(str(data["logs"]))
+
+
+def _optimizer_scalars(out, name, rank, size):
+    return np.load(out / f"{name}-{rank}of{size}.npz")["opt"]
 
 
 @pytest.mark.parametrize("size,name", [(2, n) for n in EQUAL_CASES] +
@@ -129,6 +144,17 @@ def test_steps_per_execution_equals_one_step_at_a_time(results):
     for spe in (2, 4, 8):
         w, p, logs = _load(results, f"spe{spe}", 0, 2)
         np.testing.assert_allclose(w, w1, rtol=0, atol=1e-6, err_msg=f"steps_per_execution={spe}")
+
+
+def test_loss_scaling_is_not_upset_by_a_rank_without_rows(results):
+    """mixed precision's finiteness vote: the rank with no rows (NaN batch statistics) abstains, so
+    no step is skipped and the loss scale stays what one process has."""
+    ranks = [_load(results, "lossscale", r, 2)[0] for r in range(2)]
+    assert np.all(np.isfinite(ranks[0])) and np.array_equal(ranks[0], ranks[1])
+    # Iterations, loss scale, step counter, applied steps: what one process has.
+    one = _optimizer_scalars(results, "lossscale", 0, 1)
+    for r in range(2):
+        np.testing.assert_array_equal(_optimizer_scalars(results, "lossscale", r, 2), one)
 
 
 @pytest.mark.parametrize("size", [2, 3])

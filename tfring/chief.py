@@ -6,11 +6,26 @@ report) is done on the chief, rank 0, as with Horovod's `hvd.rank() == 0`.
 
 import logging
 
+from tfring import cluster
 from tfring import runtime
+
+
+def _rank():
+    """This process's rank, without starting tfring when it has not started yet (a `print0` at
+    the top of a script must not run the rendezvous with default settings before the strategy's)."""
+    if runtime.is_initialized():
+        return runtime.rank()
+    try:
+        return cluster.discover().rank
+    except ValueError:
+        return runtime.rank()  # raises the clear error about the job's environment
 
 
 def is_chief():
     """True on rank 0 (and in a process that is not part of a multi-rank job).
+
+    Reads the rank from the launcher's environment when tfring has not started yet, so calling
+    it first does not start tfring with default settings.
 
     Returns:
         A bool.
@@ -20,7 +35,7 @@ def is_chief():
     >>> if tfring.is_chief():
     ...     model.summary()
     """
-    return runtime.rank() == 0
+    return _rank() == 0
 
 
 def print0(*args, **kwargs):
@@ -57,7 +72,15 @@ class RankFilter(logging.Filter):
         self.level_elsewhere = level_elsewhere
 
     def filter(self, record):
-        rank = runtime.rank()
+        """Keeps `record` (prefixed with the rank on ranks other than 0), or drops it.
+
+        Args:
+            record: a `logging.LogRecord`.
+
+        Returns:
+            True to keep the record.
+        """
+        rank = _rank()
         if rank == 0:
             return True
         if record.levelno < self.level_elsewhere:

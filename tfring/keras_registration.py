@@ -20,28 +20,45 @@ def _register():
     for name in SERIALIZABLE_MODULES:
         try:
             importlib.import_module(name)
-        except ImportError as e:  # e.g. Keras on a backend without TensorFlow installed
+        except Exception as e:  # never break `import keras` (e.g. Keras on a backend without TensorFlow)
             warnings.warn(f"tfring: could not register {name} with Keras: {e}")
 
 
 class _AfterKeras(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps the loader of `keras` so registration runs once Keras is loaded."""
+    """Finds nothing itself; wraps the loader of `keras` so registration runs once Keras is loaded.
+
+    It stays in `sys.meta_path` until Keras has actually loaded: TensorFlow looks Keras up (a
+    `find_spec` without an import) before it imports it.
+    """
+
+    def __init__(self):
+        self._looking = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "keras":
+        if fullname != "keras" or self._looking:
             return None
-        sys.meta_path.remove(self)  # one shot; also keeps the lookup below from finding us
-        spec = importlib.util.find_spec(fullname)
+        self._looking = True  # the lookup below must not find us again
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._looking = False
         if spec is None or spec.loader is None:
             return spec
         original = spec.loader.exec_module
 
         def exec_module(module):
             original(module)
+            self._done()
             _register()
 
         spec.loader.exec_module = exec_module
         return spec
+
+    def _done(self):
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass  # already removed
 
 
 def register_when_keras_loads():

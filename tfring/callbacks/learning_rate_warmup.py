@@ -68,9 +68,10 @@ class LearningRateWarmup(LearningRateCallback):
         self._done = False
         if self._initial == self._target and self.warmup_epochs > 0 and not self._warned:
             self._warned = True
-            warnings.warn(f"LearningRateWarmup: warm-up starts and ends at {self._target:g} ({size} rank(s), "
-                          f"start_lr not given), so it changes nothing. Horovod's meaning applies: initial_lr is "
-                          f"the rate after warm-up, which starts from initial_lr / ranks.", stacklevel=2)
+            why = f"{size} rank(s)" + (", start_lr not given" if self.start_lr is None else ", start_lr equal")
+            warnings.warn(f"LearningRateWarmup: warm-up starts and ends at {self._target:g} ({why}), so it changes "
+                          f"nothing. Horovod's meaning applies: initial_lr is the rate after warm-up, which starts "
+                          f"from initial_lr / ranks.", stacklevel=2)
 
     def learning_rate_at(self, epoch, batch):
         """The rate this callback sets at `batch` of `epoch` (None: after warm-up, not its business).

@@ -182,6 +182,9 @@ def barrier(name=None, label=""):
         label: what the barrier is for; errors name it (also in eager mode, where ops have no
             names), e.g. when ranks reach different collectives.
 
+    Returns:
+        None in eager mode; in graph mode, the op to depend on.
+
     Example:
 
     >>> tfring.ops.barrier(label="end of epoch")

@@ -1,6 +1,6 @@
 """Small Python values across ranks: `broadcast_object` and `allgather_object`.
 
-Values travel as JSON (never pickle: nothing received is executed), so they are what JSON holds:
+Eager only (they return Python values), like Horovod's. Values travel as JSON (never pickle: nothing received is executed), so they are what JSON holds:
 dicts with string keys, lists, strings, numbers, booleans and None (tuples come back as lists).
 A value that cannot be encoded, or is larger than `max_bytes`, fails on every rank with the same
 error: the rank that holds it still takes part in the collective, sending the error instead.
@@ -66,6 +66,8 @@ def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES):
     """
     from tfring import runtime
 
+    if not 0 <= root_rank < runtime.size():
+        raise ValueError(f"broadcast_object: root_rank must be in [0, {runtime.size()}), got {root_rank!r}")
     data = _encode(obj, "broadcast_object", max_bytes) if runtime.rank() == root_rank else b""
     return _decode(_gather_bytes(data)[root_rank], root_rank)
 

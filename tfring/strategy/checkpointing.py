@@ -44,16 +44,26 @@ def explain_save_mismatch(error):
     """A clear error for a collective that failed because some ranks were saving and others not.
 
     Horovod scripts save on rank 0 only (`if hvd.rank() == 0: model.save(...)`, a ModelCheckpoint
-    in rank 0's callbacks only); under RingStrategy every rank must run the save.
+    in rank 0's callbacks only); under RingStrategy every rank must run the save. Only a mismatch
+    (ranks reaching different collectives, one of them a save's barrier) is explained; a rank that
+    died during a save keeps its own error.
 
     Args:
         error: the exception a collective raised.
 
     Returns:
         A `RuntimeError` to raise instead, or None when `error` is not about a save.
+
+    Example:
+
+    >>> try:
+    ...     model.fit(ds)
+    ... except tf.errors.InvalidArgumentError as e:
+    ...     raise explain_save_mismatch(e) or e
     """
-    if SAVE_MARKER not in str(error) or isinstance(error, RuntimeError):
-        return None  # (a RuntimeError here is this function's own, already explained)
+    text = str(error)
+    if SAVE_MARKER not in text or "ranks passed different inputs" not in text or isinstance(error, RuntimeError):
+        return None  # not a mismatch at a save's barrier (a RuntimeError here is our own, explained)
     return RuntimeError(
         "tfring: a model save (model.save, save_weights, ModelCheckpoint or BackupAndRestore) ran on some "
         "ranks only. Under RingStrategy every rank must run the save (tfring writes the file once, from "
@@ -71,7 +81,10 @@ def _save_started():
     try:
         _barrier(label=SAVE_MARKER)
     except tf.errors.OpError as e:
-        raise explain_save_mismatch(e) from e
+        clear = explain_save_mismatch(e)
+        if clear is None:
+            raise
+        raise clear from e
 
 
 def _is_local(path):

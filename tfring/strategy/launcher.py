@@ -91,14 +91,25 @@ _WARNING_LINE = re.compile(rb"^\S.*:\d+: \w*Warning: ")
 
 class WarningsOnce:
     """Lets each distinct Python warning through once per job: the ranks run the same code, so
-    rank 1's copy of rank 0's warning (and its indented source line) says nothing new."""
+    rank 1's copy of rank 0's warning (and its indented source line) says nothing new.
+
+    Example:
+
+    >>> keep = WarningsOnce().filter()   # one per output stream
+    >>> [keep(b"t.py:1: UserWarning: x\\n"), keep(b"t.py:1: UserWarning: x\\n")]
+    [True, False]
+    """
 
     def __init__(self):
         self._seen = set()
         self._lock = threading.Lock()
 
     def filter(self):
-        """A per-stream predicate: line -> keep it?"""
+        """A predicate for one output stream (it remembers whether it is inside a dropped warning).
+
+        Returns:
+            A function: line (bytes) -> True to show it.
+        """
         dropping = [False]
 
         def keep(line):
@@ -135,7 +146,12 @@ def _cannot_start(command, error):
 
 
 class StartError(RuntimeError):
-    """The command could not be started (not found, not executable): a one-line message."""
+    """The command could not be started (not found, not executable): a one-line message.
+
+    Example:
+
+    >>> raise StartError("tfring run: cannot start 'train.py': Permission denied")
+    """
 
 
 class Job:
@@ -191,8 +207,8 @@ class Job:
                 raise StartError(_cannot_start(self.command, e)) from e
             self.procs.append(proc)
             show_stdout = self.all_output or slot.rank == 0
-            keep = None if self.all_output else self._warnings.filter()
             for stream, sink, show in ((proc.stdout, sys.stdout, show_stdout), (proc.stderr, sys.stderr, True)):
+                keep = None if self.all_output else self._warnings.filter()  # one per stream
                 t = threading.Thread(target=_pump, args=(stream, slot.rank, sink, show, keep), daemon=True)
                 t.start()
                 self.threads.append(t)

@@ -25,12 +25,15 @@ from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.distribute import values as values_lib
 
 import tfring
+from tfring import keras_registration
 from tfring.ops import collectives
 from tfring.strategy import checkpointing
 from tfring.strategy import input_sharding
-from tfring.strategy import local_predict
+from tfring.strategy import on_batch
+from tfring.strategy import rank_statistics
 from tfring.strategy import reporting
 from tfring.strategy import scope_check
+from tfring.strategy import shared_seed
 from tfring.strategy import sparse_gradients
 from tfring.strategy import step_rows
 
@@ -72,6 +75,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
+        self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
 
     # ---- replicas ----
     @property
@@ -113,7 +117,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
                 return [next_creator(**kw)]
 
         return distribute_utils.create_mirrored_variable(
-            self._container_strategy(), one_component, distribute_utils.VARIABLE_CLASS_MAPPING,
+            self._container_strategy(), one_component, rank_statistics.MIRRORED_CLASSES,
             distribute_utils.VARIABLE_POLICY_MAPPING, **kwargs)
 
     def _from_rank0(self, initial_value, dtype):
@@ -153,11 +157,13 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
                 return fn(*args, **kwargs)
         with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
-            self.step_rows = step_rows.StepRows.of((args, kwargs), self._size)
+            outer = self.step_rows
+            # A call inside a step (LossScaleOptimizer's merge path) belongs to that step's rows.
+            self.step_rows = outer or step_rows.StepRows.of((args, kwargs), self._size)
             try:
                 outputs = fn(*args, **kwargs)
             finally:
-                self.step_rows = None
+                self.step_rows = outer
         if graph is None:
             return tf.nest.map_structure(self._gather_output, outputs)
         # Collectives inside nested control flow (a tf.cond branch, e.g. LossScaleOptimizer's
@@ -178,8 +184,12 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         if scalar and value.dtype == tf.bool:
             # A boolean decision (LossScaleOptimizer's "are the gradients finite?", computed on each
             # rank's un-reduced gradients) must be one decision: true only if true on every rank,
-            # or ranks would take different branches and fall out of step.
-            everywhere = collectives.allreduce(tf.cast(value, tf.int32), op="min") > 0
+            # or ranks would take different branches and fall out of step. A rank without rows
+            # has no say (its gradients of nothing may be NaN, and it contributes zeros).
+            vote = tf.cast(value, tf.int32)
+            if self.step_rows is not None:
+                vote = tf.where(self.step_rows.local > 0, vote, 1)
+            everywhere = collectives.allreduce(vote, op="min") > 0
             return values_lib.PerReplica([everywhere] * self._size)
         rows = tf.reshape(value, [1]) if scalar else value
         gathered = collectives.allgather(rows)
@@ -225,8 +235,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             rows = self.step_rows
             local = tf.convert_to_tensor(local)
             if rows is not None and reduce_op == tf.distribute.ReduceOp.MEAN and local.dtype.is_floating:
-                # A statistic of each rank's rows (batch-norm moving averages): weight by rows.
-                return self._reduce_values(tf.distribute.ReduceOp.SUM, [rows.weighted(local)])[0]
+                # A variable assigned in the step (batch-norm statistics, gradient accumulators).
+                return rank_statistics.mean_over_ranks(rows, local, self.updating_by_delta)
             return self._reduce_values(reduce_op, [local])[0]
 
         return tf.nest.map_structure(one, value)
@@ -330,7 +340,9 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
         scope_check.install()
         step_rows.install()
         reporting.install()
-        local_predict.install()
+        on_batch.install()
+        shared_seed.agree_on_global_seed(self.rank, self.size)
+        keras_registration.register_when_keras_loads()  # (if `import keras` came without tfring)
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), tfring.local_rank())
         extended = RingExtended(self, device, self.rank, self.size, wire[compression], bool(sparse_as_dense))

@@ -52,6 +52,8 @@ class StepRows:
 
         Returns:
             A `StepRows`, or None when no argument is a tensor with at least one dimension.
+            (In a custom loop, put the batch first among `strategy.run`'s arguments: its first
+            dimension is taken as the step's rows.)
         """
         for t in tf.nest.flatten(args):
             if isinstance(t, tf.Tensor) and t.shape.rank:
@@ -59,17 +61,38 @@ class StepRows:
         return None
 
     def share(self, dtype):
-        """This rank's rows / global rows (exactly 1 / ranks when all ranks hold the same rows)."""
+        """This rank's rows / global rows (exactly 1 / ranks when all ranks hold the same rows).
+
+        Args:
+            dtype: the dtype of the result.
+
+        Returns:
+            A scalar tensor.
+        """
         uneven = tf.math.divide_no_nan(tf.cast(self.local, tf.float64), tf.cast(self.total, tf.float64))
         return tf.cast(tf.where(self.even, tf.constant(1.0 / self._size, tf.float64), uneven), dtype)
 
     def inverse_share(self, dtype):
-        """Global rows / this rank's rows (exactly ranks when even; 0 for a rank with no rows)."""
+        """Global rows / this rank's rows (exactly ranks when even; 0 for a rank with no rows).
+
+        Args:
+            dtype: the dtype of the result.
+
+        Returns:
+            A scalar tensor.
+        """
         uneven = tf.math.divide_no_nan(tf.cast(self.total, tf.float64), tf.cast(self.local, tf.float64))
         return tf.cast(tf.where(self.even, tf.constant(float(self._size), tf.float64), uneven), dtype)
 
     def weighted(self, value):
-        """`value` * share, with 0 (not NaN) from a rank that holds no rows."""
+        """`value` * share, with 0 (not NaN) from a rank that holds no rows.
+
+        Args:
+            value: a float tensor.
+
+        Returns:
+            A tensor like `value`.
+        """
         return self.zero_if_empty([value * self.share(value.dtype)])[0]
 
     def zero_if_empty(self, values):
@@ -78,6 +101,12 @@ class StepRows:
         A rank with no rows still computes its step on an empty batch, and statistics of nothing
         (batch normalization's mean of zero rows) are NaN; NaN times a zero share is still NaN.
         What such a rank contributes to a sum over the ranks must be zero.
+
+        Args:
+            values: a list of tensors.
+
+        Returns:
+            A list of tensors like `values`.
         """
         values = [tf.convert_to_tensor(v) for v in values]
         return tf.cond(self.local > 0, lambda: [tf.identity(v) for v in values],
@@ -85,7 +114,15 @@ class StepRows:
 
 
 def current():
-    """The `StepRows` of the RingStrategy step being traced, or None outside one."""
+    """The `StepRows` of the RingStrategy step being traced, or None outside one.
+
+    Returns:
+        A `StepRows` or None.
+
+    Example:
+
+    >>> rows = current()   # inside strategy.run
+    """
     strategy = tf.distribute.get_strategy()
     return getattr(strategy.extended, "step_rows", None)
 
