@@ -69,8 +69,7 @@ class StepRows:
         Returns:
             A scalar tensor.
         """
-        uneven = tf.math.divide_no_nan(tf.cast(self.local, tf.float64), tf.cast(self.total, tf.float64))
-        return tf.cast(tf.where(self.even, tf.constant(1.0 / self._size, tf.float64), uneven), dtype)
+        return self._ratio(self.local, self.total, 1.0 / self._size, dtype)
 
     def inverse_share(self, dtype):
         """Global rows / this rank's rows (exactly ranks when even; 0 for a rank with no rows).
@@ -81,8 +80,12 @@ class StepRows:
         Returns:
             A scalar tensor.
         """
-        uneven = tf.math.divide_no_nan(tf.cast(self.total, tf.float64), tf.cast(self.local, tf.float64))
-        return tf.cast(tf.where(self.even, tf.constant(float(self._size), tf.float64), uneven), dtype)
+        return self._ratio(self.total, self.local, float(self._size), dtype)
+
+    def _ratio(self, numerator, denominator, when_even, dtype):
+        # when_even is the exact value of the ratio when every rank holds the same rows.
+        uneven = tf.math.divide_no_nan(tf.cast(numerator, tf.float64), tf.cast(denominator, tf.float64))
+        return tf.cast(tf.where(self.even, tf.constant(when_even, tf.float64), uneven), dtype)
 
     def weighted(self, value):
         """`value` * share, with 0 (not NaN) from a rank that holds no rows.
