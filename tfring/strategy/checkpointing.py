@@ -11,6 +11,7 @@ file exists for every rank when the call returns.
 RingStrategy are saved exactly as before.
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -18,20 +19,13 @@ import shutil
 import socket
 import tempfile
 
+from tfring.strategy.ring_model import ring_strategy_of
+
 _MARK = "_tfring_rank0_writes"
 
 # The name of the barrier every save starts with: a rank that saves while another trains then
 # fails naming it, and `explain_save_mismatch` turns that into advice.
 SAVE_MARKER = "tfring_model_saving"
-
-
-def _ring_strategy(model):
-    from tfring.strategy.ring_strategy import RingStrategy
-
-    strategy = getattr(model, "_distribute_strategy", None)
-    if isinstance(strategy, RingStrategy) and strategy.size > 1:
-        return strategy
-    return None
 
 
 def _barrier(label=""):
@@ -75,16 +69,27 @@ def _first_line(error):
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def _save_started():
-    import tensorflow as tf
+@contextlib.contextmanager
+def save_mismatch_explained():
+    """Runs its body, raising `explain_save_mismatch`'s clear error instead of a save mismatch.
 
+    Example:
+
+    >>> with save_mismatch_explained():
+    ...     model.fit(ds)
+    """
     try:
-        _barrier(label=SAVE_MARKER)
-    except tf.errors.OpError as e:
+        yield
+    except Exception as e:
         clear = explain_save_mismatch(e)
         if clear is None:
             raise
         raise clear from e
+
+
+def _save_started():
+    with save_mismatch_explained():
+        _barrier(label=SAVE_MARKER)
 
 
 def _is_local(path):
@@ -120,7 +125,7 @@ def _remove_stale_partials(directory):
 def _rank0_writes(original):
     @functools.wraps(original)
     def save(self, filepath, *args, **kwargs):
-        strategy = _ring_strategy(self)
+        strategy = ring_strategy_of(self)
         sharded = kwargs.get("max_shard_size") is not None
         if strategy is None or not _is_local(filepath) or sharded:
             return original(self, filepath, *args, **kwargs)
@@ -193,7 +198,7 @@ def _backup_save_model(original):
     # Keras' BackupAndRestore._save_model: rank 0 writes, and the metadata file commits the backup.
     @functools.wraps(original)
     def _save_model(self):
-        strategy = _ring_strategy(self.model)
+        strategy = ring_strategy_of(self.model)
         needed = ("backup_dir", "_training_metadata_path", "_current_epoch", "_last_batch_seen")
         if strategy is None or not _is_local(self.backup_dir) or not all(hasattr(self, a) for a in needed):
             return original(self)
@@ -219,7 +224,7 @@ def _backup_load_model(original):
     @functools.wraps(original)
     def _load_model(self):
         manifest = _read_json(getattr(self, "_training_metadata_path", ""))
-        if _ring_strategy(self.model) is None or not self.model.built or not manifest or _WEIGHTS_KEY not in manifest:
+        if ring_strategy_of(self.model) is None or not self.model.built or not manifest or _WEIGHTS_KEY not in manifest:
             return original(self)
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)  # as Keras does before loading
@@ -233,7 +238,7 @@ def _backup_load_model(original):
 def _backup_train_end(original):
     @functools.wraps(original)
     def on_train_end(self, logs=None):
-        strategy = _ring_strategy(self.model)
+        strategy = ring_strategy_of(self.model)
         if strategy is None or not _is_local(getattr(self, "backup_dir", "")):
             return original(self, logs)
         if strategy.rank == 0:

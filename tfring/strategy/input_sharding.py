@@ -179,18 +179,20 @@ def rank_slice(batch, rank, size):
         size: the number of ranks.
 
     Returns:
-        (start, count).
+        (start, count), scalar tensors.
 
     Example:
 
-    >>> rank_slice(13, 1, 2)
-    (7, 6)
+    >>> [int(v) for v in rank_slice(13, 1, 2)]
+    [7, 6]
     """
     base, extra = batch // size, batch % size
-    count = base + (1 if rank < extra else 0) if isinstance(batch, int) else (
-        base + tf.cast(rank < extra, base.dtype))
-    start = base * rank + (min(rank, extra) if isinstance(batch, int) else tf.minimum(rank, extra))
-    return start, count
+
+    def first_row(r):  # of rank r; rank r + 1 starts where rank r ends
+        return base * r + tf.minimum(r, extra)
+
+    start = first_row(rank)
+    return start, first_row(rank + 1) - start
 
 
 def _slice_global_batches(dataset, rank, size, global_batch):

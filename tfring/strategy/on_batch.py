@@ -14,12 +14,9 @@
 import functools
 import inspect
 
+from tfring.strategy.ring_model import ring_strategy_of
+
 _MARK = "_tfring_on_batch"
-
-
-def _multi_rank(model):
-    strategy = getattr(model, "_distribute_strategy", None)
-    return getattr(strategy, "size", 1) > 1 and hasattr(strategy, "rank")
 
 
 def _local_predict_function(model):
@@ -36,7 +33,7 @@ def _local_predict_function(model):
 def _predict_on_batch(original):
     @functools.wraps(original)
     def predict_on_batch(self, x):
-        if not _multi_rank(self):
+        if ring_strategy_of(self) is None:
             return original(self, x)
         if not self.built:
             raise ValueError(f"tfring: predict_on_batch on model {self.name!r}, which is not built yet. Under "
@@ -57,7 +54,7 @@ def _global_logs(original):
 
     @functools.wraps(original)
     def on_batch(self, *args, **kwargs):
-        if not _multi_rank(self):
+        if ring_strategy_of(self) is None:
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
         return_dict = bound.arguments.get("return_dict", False)

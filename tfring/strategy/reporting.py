@@ -16,6 +16,8 @@ and BackupAndRestore run everywhere and write once (see `checkpointing`).
 import functools
 import inspect
 
+from tfring.strategy.ring_model import ring_strategy_of
+
 _MARK = "_tfring_reports_once"
 
 
@@ -38,8 +40,8 @@ def reporting_callbacks():
 
 def _quiet_rank(model):
     """True when `model` belongs to a multi-rank RingStrategy and this process is not rank 0."""
-    strategy = getattr(model, "_distribute_strategy", None)
-    return getattr(strategy, "size", 1) > 1 and getattr(strategy, "rank", 0) != 0
+    strategy = ring_strategy_of(model)
+    return strategy is not None and strategy.rank != 0
 
 
 def _quietly(original):

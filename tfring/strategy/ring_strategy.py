@@ -153,17 +153,17 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         kwargs = distribute_utils.select_replica(0, kwargs)
         graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
         first_new_op = len(graph.get_operations()) if graph is not None else 0
-        if self._size == 1:
-            with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
-                return fn(*args, **kwargs)
         with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
             outer = self.step_rows
-            # A call inside a step (LossScaleOptimizer's merge path) belongs to that step's rows.
-            self.step_rows = outer or step_rows.StepRows.of((args, kwargs), self._size)
+            if self._size > 1:
+                # A call inside a step (LossScaleOptimizer's merge path) belongs to that step's rows.
+                self.step_rows = outer or step_rows.StepRows.of((args, kwargs), self._size)
             try:
                 outputs = fn(*args, **kwargs)
             finally:
                 self.step_rows = outer
+        if self._size == 1:
+            return outputs
         if graph is None:
             return tf.nest.map_structure(self._gather_output, outputs)
         # Collectives inside nested control flow (a tf.cond branch, e.g. LossScaleOptimizer's

@@ -3,8 +3,9 @@
 Keras binds a model to the strategy in scope when the model is created. A model created outside
 the scope belongs to no strategy: `fit` would train each rank on its own data with its own
 initial weights and never average gradients, so the replicas would silently diverge (what Horovod
-does with Keras 3). `install()` wraps `keras.Model.fit` to turn that into an error (and to explain a fit that failed
-because another rank was saving a model while this one trained: see `checkpointing`).
+does with Keras 3). `install()` wraps `keras.Model.fit` to turn that into an error (and to explain
+a fit that failed because another rank was saving a model while this one trained: see
+`checkpointing`).
 """
 
 import functools
@@ -32,13 +33,8 @@ def _checked_fit(original):
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
         _check(self)
-        try:
+        with checkpointing.save_mismatch_explained():
             return original(self, *args, **kwargs)
-        except Exception as e:
-            clear = checkpointing.explain_save_mismatch(e)
-            if clear is None:
-                raise
-            raise clear from e
 
     setattr(fit, _MARK, True)
     return fit

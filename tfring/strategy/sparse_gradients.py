@@ -15,10 +15,6 @@ import tensorflow as tf
 from tfring.ops import collectives
 
 
-def _as_rows(values, indices, dense_shape):
-    return tf.IndexedSlices(values, indices, dense_shape)
-
-
 def _gathered(slices):
     def gather():
         return collectives.allgather(slices.values), collectives.allgather(tf.cast(slices.indices, tf.int64))
@@ -55,7 +51,7 @@ def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False):
         return []
     if sparse_as_dense:
         reduced = collectives.allreduce([tf.convert_to_tensor(s) for s in slices_list], op="sum")
-        out = [_as_rows(r, tf.range(tf.shape(r, out_type=tf.int64)[0]), s.dense_shape)
+        out = [tf.IndexedSlices(r, tf.range(tf.shape(r, out_type=tf.int64)[0]), s.dense_shape)
                for r, s in zip(reduced, slices_list)]
     else:
         rows = tf.stack([tf.shape(s.indices, out_type=tf.int64)[0] for s in slices_list])
@@ -65,7 +61,7 @@ def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False):
             dense_rows = tf.cast(s.dense_shape[0], tf.int64)
             values, indices = collectives.ordered(lambda: tf.cond(
                 total[k] >= 2 * dense_rows, _densified(s, dense_rows), _gathered(s)))
-            out.append(_as_rows(values, indices, s.dense_shape))
+            out.append(tf.IndexedSlices(values, indices, s.dense_shape))
     if mean:
-        out = [_as_rows(s.values / tf.cast(size, s.values.dtype), s.indices, s.dense_shape) for s in out]
+        out = [tf.IndexedSlices(s.values / tf.cast(size, s.values.dtype), s.indices, s.dense_shape) for s in out]
     return out
