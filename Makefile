@@ -7,7 +7,7 @@ REQS := requirements/tf$(TF).txt
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tfring-installed
 PYTEST_ARGS ?=
-CORE := tfring/ops/cc/core
+CORE := tfring/native/cc/core
 CORE_SRCS := $(wildcard $(CORE)/*.cc) $(wildcard $(CORE)/tests/*.cc)
 CORE_HDRS := $(wildcard $(CORE)/*.h) $(wildcard $(CORE)/tests/*.h)
 CXX ?= g++
@@ -54,18 +54,18 @@ test-python: env
 
 test: test-core test-python
 
-# The CUDA kernels (tfring/ops/cc/cuda) in their framework-free harness, built wherever nvcc is;
+# The CUDA kernels (tfring/native/cc/cuda) in their framework-free harness, built wherever nvcc is;
 # run (plain and under compute-sanitizer memcheck) only where a GPU is visible.
 NVCC ?= nvcc
 CUDA_ARCH ?= sm_90
-CUDA_SRCS := $(wildcard tfring/ops/cc/cuda/*.cu) tfring/ops/cc/cuda/tests/cuda_harness.cu $(CORE)/reduce.cc $(CORE)/lars.cc
-$(BUILD)/cuda_harness: $(CUDA_SRCS) $(wildcard tfring/ops/cc/cuda/*.h tfring/ops/cc/cuda/*.cuh) $(CORE_HDRS)
+CUDA_SRCS := $(wildcard tfring/native/cc/cuda/*.cu) tfring/native/cc/cuda/tests/cuda_harness.cu $(CORE)/reduce.cc $(CORE)/lars.cc
+$(BUILD)/cuda_harness: $(CUDA_SRCS) $(wildcard tfring/native/cc/cuda/*.h tfring/native/cc/cuda/*.cuh) $(CORE_HDRS)
 	@mkdir -p $(BUILD)
 	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall $(CUDA_SRCS) -o $@
 # The ring over GPU tensors (pinned staging) with the real engine and ring on thread-ranks.
-STAGING_SRCS := tfring/ops/cc/cuda/pinned_staging.cu tfring/ops/cc/cuda/tests/staging_test.cu \
+STAGING_SRCS := tfring/native/cc/cuda/pinned_staging.cu tfring/native/cc/cuda/tests/staging_test.cu \
 	$(filter-out $(CORE)/c_api.cc,$(wildcard $(CORE)/*.cc)) $(CORE)/tests/test_main.cc
-$(BUILD)/staging_test: $(STAGING_SRCS) $(wildcard tfring/ops/cc/cuda/*.h) $(CORE_HDRS)
+$(BUILD)/staging_test: $(STAGING_SRCS) $(wildcard tfring/native/cc/cuda/*.h) $(CORE_HDRS)
 	@mkdir -p $(BUILD)
 	$(NVCC) -std=c++17 -O2 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall,-pthread $(STAGING_SRCS) -o $@ -lrt
 cuda-harness: $(BUILD)/cuda_harness $(BUILD)/staging_test
@@ -87,7 +87,7 @@ test-gpu-build:
 	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip; \
 	$(GPU_VENV)/bin/python -m pip install -q -r requirements/tf2.17-gpu-build.txt; \
 	$(GPU_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps -e .; \
-	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -c "import tensorflow as tf; from tfring.ops import _library; \
+	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -c "import tensorflow as tf; from tfring.native import library as _library; \
 	from tensorflow.python.framework import kernels as k; assert _library.has_gpu_kernels(), 'no GPU kernels built'; \
 	print('GPU kernels:', {op: sorted({d.device_type for d in k.get_registered_kernels_for_op(op).kernel}) \
 	for op in ('TfringAllreduce', 'TfringBroadcast', 'TfringLarsUpdate')})"; \
@@ -102,4 +102,4 @@ bench: env
 	$(PY) benchmarks/allreduce.py
 
 clean:
-	rm -rf $(BUILD) tfring/ops/lib
+	rm -rf $(BUILD) tfring/native/lib

@@ -15,23 +15,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _load_build_module():
-    # Load tfring/ops/build.py by path: importing the package would import TensorFlow's ops too.
-    spec = importlib.util.spec_from_file_location("_tfring_build", os.path.join(HERE, "tfring", "ops", "build.py"))
+    # Load tfring/native/build.py by path: importing the package would import TensorFlow's ops too.
+    spec = importlib.util.spec_from_file_location("_tfring_build", os.path.join(HERE, "tfring", "native", "build.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 class BuildPyWithOps(build_py):
-    """build_py that also compiles `tfring/ops/_tfring_ops.so`."""
+    """build_py that also compiles `tfring/native/lib/.../_tfring_ops.so`."""
 
     def run(self):
         super().run()
         build = _load_build_module()
         if getattr(self, "editable_mode", False):
-            target = os.path.join(HERE, "tfring", "ops")
+            target = os.path.join(HERE, "tfring", "native")
         else:
-            target = os.path.join(self.build_lib, "tfring", "ops")
+            target = os.path.join(self.build_lib, "tfring", "native")
         build.build(base=target)
 
 
@@ -41,7 +41,7 @@ setup(
     description="Synchronous data-parallel training for Keras 3 / TensorFlow over a fused ring allreduce",
     python_requires=">=3.10",
     packages=find_packages(include=["tfring", "tfring.*"]),
-    package_data={"tfring.ops": ["cc/core/*.h", "cc/core/*.cc", "cc/kernels/*.cc", "cc/kernels/*.h",
+    package_data={"tfring.native": ["cc/core/*.h", "cc/core/*.cc", "cc/kernels/*.cc", "cc/kernels/*.h",
                                  "cc/cuda/*.h", "cc/cuda/*.cuh", "cc/cuda/*.cu"]},
     install_requires=["numpy"],
     extras_require={"test": ["pytest"], "data": ["tqdm", "Pillow", "pyarrow", "h5py", "tifffile"]},

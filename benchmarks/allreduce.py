@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from tfring.strategy.launcher import free_port
+from tfring.launch.launcher import free_port
 
 HERE = os.path.abspath(__file__)
 WORKLOADS = ("resnet50", "small1000")
@@ -89,7 +89,7 @@ def _raw_allreduce(arrays):
     """The core alone: one collective over the NumPy buffers through the C API (no TensorFlow)."""
     import ctypes
 
-    from tfring.ops import _library
+    from tfring.native import library as _library
 
     lib = _library.load()[1]
     n = len(arrays)

@@ -15,7 +15,7 @@ import time
 
 
 
-from tfring.strategy.launcher import free_port
+from tfring.launch.launcher import free_port
 from tfring.testing import QUIET_ENV
 from tfring.testing import run_job
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 import time
-from tfring.strategy.launcher import free_port
+from tfring.launch.launcher import free_port
 
 INIT = "import tfring\ntry:\n    tfring.init()\n    print('JOINED', tfring.size())\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
 

@@ -6,7 +6,7 @@ report) is done on the chief, rank 0, as with Horovod's `hvd.rank() == 0`.
 
 import logging
 
-from tfring import cluster
+from tfring.launch import cluster
 from tfring import runtime
 
 

@@ -64,7 +64,7 @@ def main(argv=None):
     """Entry point of the `tfring` command; returns its exit code."""
     args = _parser().parse_args(argv)
     if args.command == "run":
-        from tfring.strategy import launcher
+        from tfring.launch import launcher
 
         program = args.program[1:] if args.program[:1] == ["--"] else args.program
         if not program:

@@ -11,9 +11,9 @@ import stat
 import sys
 import threading
 
-from tfring import cluster as _cluster
+from tfring.launch import cluster as _cluster
 from tfring.config import Config
-from tfring.ops import _library
+from tfring.native import library as _library
 
 _ERRORS = {1: ValueError, 2: ConnectionError, 3: TimeoutError, 4: RuntimeError, 5: RuntimeError}
 _atexit_registered = []

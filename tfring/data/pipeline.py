@@ -120,7 +120,8 @@ def _readable_on_every_rank(files, compression):
     than the others (and `fit` would fail). So each rank reads its files once up front, the ranks
     exchange what they found, and rank 0 logs how many records each rank skipped.
     """
-    import tfring
+    from tfring import runtime
+    from tfring.ops import collectives
 
     def readable(path):
         records = tf.data.TFRecordDataset(path, compression_type=compression).ignore_errors()
@@ -128,9 +129,9 @@ def _readable_on_every_rank(files, compression):
 
     found = sum(readable(path) for path, _ in files)
     expected = sum(s["count"] for _, s in files)
-    table = tfring.ops.allgather(tf.constant([[found, expected - found]], tf.int64)).numpy()
+    table = collectives.allgather(tf.constant([[found, expected - found]], tf.int64)).numpy()
     skipped = table[:, 1].tolist()
-    if any(skipped) and tfring.rank() == 0:
+    if any(skipped) and runtime.rank() == 0:
         print(f"tfring.data: {sum(skipped)} records skipped as corrupt, by rank: {skipped}; every rank reads "
               f"as many records as the rank with the fewest", file=sys.stderr, flush=True)
     return table[:, 0]
@@ -242,7 +243,7 @@ def tfrecord_dataset(prefix_or_pattern, batch_size, *, shuffle=True, shuffle_buf
     >>> ds = tfring.data.tfrecord_dataset("data/train", batch_size=256, image_size=(224, 224))
     >>> model.fit(ds, epochs=90)
     """
-    import tfring
+    from tfring import runtime
 
     prefix_or_pattern = str(prefix_or_pattern)
     remote.check_path(prefix_or_pattern)
@@ -252,7 +253,7 @@ def tfrecord_dataset(prefix_or_pattern, batch_size, *, shuffle=True, shuffle_buf
         raise ValueError(f"tfrecord_dataset: shard must be 'auto', 'file', 'record' or None, got {shard!r}")
     meta, files = _resolve(prefix_or_pattern)
     _check_sizes(files)
-    rank, size = (tfring.rank(), tfring.size()) if tfring.is_initialized() else (0, 1)
+    rank, size = (runtime.rank(), runtime.size()) if runtime.is_initialized() else (0, 1)
     if shard is None:
         size = 1
     if batch_size % size:

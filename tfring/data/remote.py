@@ -92,7 +92,7 @@ def _guard_exit():
     # atexit runs handlers last-registered first; tfring's own shutdown registered before this
     # one would be skipped, so run it here first.
     atexit.register(guard.finish)
-    import tfring
+    from tfring import runtime
 
-    atexit.register(tfring.shutdown)  # runs before guard.finish
+    atexit.register(runtime.shutdown)  # runs before guard.finish
     _guard.append(guard)

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 from tfring import runtime as _runtime
-from tfring.ops import _library
+from tfring.native import library as _library
 
 REDUCE_OPS = ("sum", "mean", "min", "max", "product")
 _REDUCE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)

@@ -3,7 +3,7 @@ and its velocity in place (see `TfringLarsUpdate` in cc/kernels/ops.cc for the f
 
 import tensorflow as tf
 
-from tfring.ops import _library
+from tfring.native import library as _library
 
 _VELOCITY_DTYPE = {tf.float16: tf.float32, tf.float32: tf.float32, tf.float64: tf.float64}
 

@@ -1,4 +1,21 @@
-"""Which models tfring's Keras wrappers act on: those of a RingStrategy with more than one rank."""
+"""Which models tfring's Keras wrappers act on: those of a RingStrategy with more than one rank.
+
+`RingStrategy` derives from `RingStrategyBase`, so the wrappers (checkpointing, reporting,
+on_batch) recognise it without importing it: they sit below it in the strategy package.
+"""
+
+
+class RingStrategyBase:
+    """What tfring's Keras wrappers know of a `RingStrategy`: this process's rank and the job size.
+
+    Example:
+
+    >>> isinstance(tfring.RingStrategy(), RingStrategyBase)
+    True
+    """
+
+    rank = 0
+    size = 1
 
 
 def ring_strategy_of(model):
@@ -16,9 +33,7 @@ def ring_strategy_of(model):
     >>> strategy = ring_strategy_of(model)
     >>> strategy.rank if strategy else 0
     """
-    from tfring.strategy.ring_strategy import RingStrategy
-
     strategy = getattr(model, "_distribute_strategy", None)
-    if isinstance(strategy, RingStrategy) and strategy.size > 1:
+    if isinstance(strategy, RingStrategyBase) and strategy.size > 1:
         return strategy
     return None

@@ -24,13 +24,13 @@ from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.distribute import values as values_lib
 
-import tfring
-from tfring import keras_registration
+from tfring import runtime
 from tfring.ops import collectives
 from tfring.strategy import checkpointing
 from tfring.strategy import input_sharding
 from tfring.strategy import on_batch
 from tfring.strategy import rank_statistics
+from tfring.strategy import ring_model
 from tfring.strategy import reporting
 from tfring.strategy import scope_check
 from tfring.strategy import shared_seed
@@ -296,7 +296,7 @@ def replica_device(visible_gpus, local_rank):
     return f"/gpu:{local_rank % visible_gpus}" if visible_gpus > 0 else "/cpu:0"
 
 
-class RingStrategy(tf.distribute.OneDeviceStrategy):
+class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase):
     """Synchronous data parallelism with one replica per process, over tfring's ring allreduce.
 
     Build and compile the model inside `strategy.scope()`, then call `model.fit` as usual on every
@@ -331,19 +331,18 @@ class RingStrategy(tf.distribute.OneDeviceStrategy):
         if compression not in wire:
             raise ValueError(f"RingStrategy: compression must be None, 'fp16' or 'bf16', got {compression!r}")
         try:
-            tfring.init(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout)
+            runtime.init(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout)
         except Exception as e:
             raise RuntimeError(f"RingStrategy could not start tfring: {e}") from e
-        self.rank = tfring.rank()
-        self.size = tfring.size()
+        self.rank = runtime.rank()
+        self.size = runtime.size()
         checkpointing.install()
         scope_check.install()
         step_rows.install()
         reporting.install()
         on_batch.install()
         shared_seed.agree_on_global_seed(self.rank, self.size)
-        keras_registration.register_when_keras_loads()  # (if `import keras` came without tfring)
         if device is None:
-            device = replica_device(len(tf.config.list_logical_devices("GPU")), tfring.local_rank())
+            device = replica_device(len(tf.config.list_logical_devices("GPU")), runtime.local_rank())
         extended = RingExtended(self, device, self.rank, self.size, wire[compression], bool(sparse_as_dense))
         distribute_lib.Strategy.__init__(self, extended)

@@ -10,21 +10,20 @@ a fit that failed because another rank was saving a model while this one trained
 
 import functools
 
+from tfring import runtime
 from tfring.strategy import checkpointing
 
 _MARK = "_tfring_scope_checked"
 
 
 def _check(model):
-    import tfring
-
-    if not tfring.is_initialized() or tfring.size() < 2:
+    if not runtime.is_initialized() or runtime.size() < 2:
         return
     if getattr(model, "_distribute_strategy", "absent") is not None:
         return  # bound to a strategy (ours or one the user chose), or not a TF-backend model
     raise ValueError(
         f"tfring: model {model.name!r} was built outside `strategy.scope()`, so in this job of "
-        f"{tfring.size()} ranks it would train on each rank alone (gradients not averaged, weights "
+        f"{runtime.size()} ranks it would train on each rank alone (gradients not averaged, weights "
         f"diverging). Create and compile the model inside `with strategy.scope():`, where "
         f"`strategy = tfring.RingStrategy()`.")
 

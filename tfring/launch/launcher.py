@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from tfring import cluster
+from tfring.launch import cluster
 
 KILL_GRACE_SECONDS = 4.0
 POLL_SECONDS = 0.05

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tfring.strategy import launcher
+from tfring.launch import launcher
 
 
 def _run(args, timeout=60, **kw):

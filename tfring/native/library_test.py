@@ -10,8 +10,8 @@ import sys
 import pytest
 import tensorflow as tf
 
-from tfring.ops import _library
-from tfring.ops import build
+from tfring.native import library as _library
+from tfring.native import build
 
 
 def test_build_info_records_the_tensorflow_version():
@@ -27,7 +27,7 @@ def test_library_built_for_another_tensorflow_is_rebuilt_with_one_line(tmp_path)
     copy = tmp_path / "src"
     shutil.copytree(os.path.join(pkg_root, "tfring"), copy / "tfring",
                     ignore=shutil.ignore_patterns("__pycache__", ".build.lock"))
-    lib_dir = build.library_dir(tf.__version__, str(copy / "tfring" / "ops"))
+    lib_dir = build.library_dir(tf.__version__, str(copy / "tfring" / "native"))
     info_path = pathlib.Path(lib_dir) / build.INFO_NAME
     info = json.loads(info_path.read_text())
     info["tensorflow"] = "0.0.1"

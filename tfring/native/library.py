@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 
-from tfring.ops import build as _build
+from tfring.native import build as _build
 
 _loaded = None  # (tf op module, ctypes handle), set once per process
 
@@ -36,7 +36,7 @@ def _ensure_built(tf_version):
         raise LibraryError(
             f"tfring's op library cannot be used ({reason}) and {directory} is not writable. "
             f"Rebuild it with: {sys.executable} -m pip install --no-build-isolation --force-reinstall tfring "
-            f"(or, in a source checkout: {sys.executable} -m tfring.ops.build)")
+            f"(or, in a source checkout: {sys.executable} -m tfring.native.build)")
     # Several ranks may import at once: one builds, the others wait and then find it built.
     with open(os.path.join(directory, ".build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -68,7 +68,7 @@ def load():
 
 @functools.lru_cache(maxsize=None)
 def has_gpu_kernels():
-    """True when the loaded op library was built with its GPU kernels (see `tfring.ops.build`).
+    """True when the loaded op library was built with its GPU kernels (see `tfring.native.build`).
 
     Read once per process: LARS asks for every GPU variable it traces.
 

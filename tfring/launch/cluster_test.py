@@ -1,6 +1,6 @@
 import pytest
 
-from tfring import cluster
+from tfring.launch import cluster
 
 
 def test_no_launcher_is_one_rank():

@@ -1,6 +1,6 @@
 """Compiles the tfring op library against the TensorFlow of this environment.
 
-`python -m tfring.ops.build` rebuilds it by hand; setup.py and `import tfring` call `build()`.
+`python -m tfring.native.build` rebuilds it by hand; setup.py and `import tfring` call `build()`.
 The framework-free core is compiled without TensorFlow's include path (faster), but with its
 C++ ABI flag so that both halves link into one library.
 """
@@ -160,7 +160,7 @@ def build(base=HERE, verbose=True, jobs=None):
     """Builds `_tfring_ops.so` for the installed TensorFlow and records the version beside it.
 
     Args:
-        base: the `tfring/ops` folder; the library goes to `base/lib/tf<version>/`.
+        base: the `tfring/native` folder; the library goes to `base/lib/tf<version>/`.
         verbose: print one line per step.
         jobs: parallel compiler processes (default: the number of CPUs).
 

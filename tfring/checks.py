@@ -1,0 +1,73 @@
+"""Argument checks shared by every public tfring name: one wording for "bad number" and "bad choice".
+
+Each check returns the value it accepted (normalised: a float, an int), so callers write
+`self.factor = checks.number("MultiStepDecay", "factor", factor, above=0)`. The message always
+names the caller, the argument, what was expected and what was received.
+"""
+
+
+def number(where, what, value, *, at_least=None, above=None, integer=False, unit=None):
+    """Checks that `value` is a real number (not a bool) in range; returns it as a float or int.
+
+    Args:
+        where: the public name being called, e.g. `"LARS"`; starts the message.
+        what: the argument's name.
+        value: what the caller passed.
+        at_least: the smallest allowed value (inclusive), or None.
+        above: a bound the value must exceed (exclusive), or None.
+        integer: whether the value must be a whole number (an `int`); returns an int then.
+        unit: what the number counts, for the message (e.g. `"epochs"`, `"seconds"`).
+
+    Returns:
+        `value` as an int when `integer`, else as a float.
+
+    Raises:
+        ValueError: not a number, not whole when `integer`, or out of range; the message says which.
+
+    Example:
+
+    >>> number("LARS", "momentum", 0.9, at_least=0)
+    0.9
+    >>> number("fit", "steps", 0, integer=True, above=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: fit: steps must be > 0, got 0
+    """
+    kind = "a whole number" if integer else "a number"
+    if unit:
+        kind += f" of {unit}"
+    allowed = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise ValueError(f"{where}: {what} must be {kind}, got {value!r}")
+    if at_least is not None and value < at_least:
+        raise ValueError(f"{where}: {what} must be >= {at_least}, got {value}")
+    if above is not None and not value > above:
+        raise ValueError(f"{where}: {what} must be > {above}, got {value}")
+    return int(value) if integer else float(value)
+
+
+def choice(where, what, value, options):
+    """Checks that `value` is one of `options`; returns it.
+
+    Args:
+        where: the public name being called; starts the message.
+        what: the argument's name.
+        value: what the caller passed.
+        options: the allowed values (compared with `==`).
+
+    Returns:
+        `value`.
+
+    Raises:
+        ValueError: `value` is not among `options`; the message lists them.
+
+    Example:
+
+    >>> choice("RingStrategy", "compression", "fp16", (None, "fp16", "bf16"))
+    'fp16'
+    """
+    if value not in options:
+        listed = ", ".join(repr(o) for o in options)
+        raise ValueError(f"{where}: {what} must be one of {listed}, got {value!r}")
+    return value
+
