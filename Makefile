@@ -1,5 +1,7 @@
 # tfring: `make demo` and `make test` work on a fresh machine (Python 3.11, g++, network to PyPI).
 # `make test TF=2.21` runs the suite against the newest TensorFlow instead of the reference 2.17.
+# `make check` is the fast inner loop (< 1 min): the layer contracts, the C++ core without
+# sanitizers, and the tests not marked `multiprocess`. `make test` is the whole suite.
 PYTHON ?= python3.11
 TF ?= 2.17
 VENV := $(if $(filter 2.17,$(TF)),.venv,.venv-tf$(TF))
@@ -14,7 +16,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread
 BUILD := .build
 
-.PHONY: env demo test test-core test-python core-tests cuda-harness test-cuda test-gpu-build bench bench-deps clean
+.PHONY: env demo check lint test test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-deps clean
 
 env: $(STAMP)
 
@@ -41,10 +43,10 @@ $(BUILD)/core_tests_tsan: $(CORE_SRCS) $(CORE_HDRS)
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS_CORE) -O1 -fsanitize=thread $(CORE_SRCS) -o $@ -lrt
 
-core-tests: $(BUILD)/core_tests $(BUILD)/core_tests_asan $(BUILD)/core_tests_tsan
+build-core-tests: $(BUILD)/core_tests $(BUILD)/core_tests_asan $(BUILD)/core_tests_tsan
 
 test-core:
-	$(MAKE) -j2 core-tests
+	$(MAKE) -j2 build-core-tests
 	$(BUILD)/core_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(BUILD)/core_tests_asan
 	TSAN_OPTIONS=halt_on_error=1 setarch $$(uname -m) -R $(BUILD)/core_tests_tsan
@@ -52,7 +54,16 @@ test-core:
 test-python: env
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-test: test-core test-python
+# The layer rules (.importlinter): layers only point down, no TensorFlow under the runtime, no cycles.
+lint: env
+	$(VENV)/bin/lint-imports
+
+check: lint
+	$(MAKE) -j2 $(BUILD)/core_tests
+	$(BUILD)/core_tests
+	$(PY) -m pytest -q -m "not multiprocess" $(PYTEST_ARGS)
+
+test: lint test-core test-python
 
 # The CUDA kernels (tfring/native/cc/cuda) in their framework-free harness, built wherever nvcc is;
 # run (plain and under compute-sanitizer memcheck) only where a GPU is visible.
@@ -91,7 +102,7 @@ test-gpu-build:
 	from tensorflow.python.framework import kernels as k; assert _library.has_gpu_kernels(), 'no GPU kernels built'; \
 	print('GPU kernels:', {op: sorted({d.device_type for d in k.get_registered_kernels_for_op(op).kernel}) \
 	for op in ('TfringAllreduce', 'TfringBroadcast', 'TfringLarsUpdate')})"; \
-	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -m pytest -q tfring/ops tfring/optimizers tests/test_collectives.py
+	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -m pytest -q tfring/ops tfring/optimizers tests/collectives_test.py
 
 # Benchmarks are not tests: they print measured tables (see README).
 bench-deps: env

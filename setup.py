@@ -6,6 +6,7 @@ the TensorFlow that will import it, so the build has to see that environment.
 
 import importlib.util
 import os
+import re
 
 from setuptools import find_packages
 from setuptools import setup
@@ -20,6 +21,13 @@ def _load_build_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _version():
+    # The one place the version is written is tfring/__init__.py (read as text: importing the
+    # package here would need its dependencies installed first).
+    with open(os.path.join(HERE, "tfring", "__init__.py")) as f:
+        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 
 class BuildPyWithOps(build_py):
@@ -37,7 +45,7 @@ class BuildPyWithOps(build_py):
 
 setup(
     name="tfring",
-    version="0.2.0",
+    version=_version(),
     description="Synchronous data-parallel training for Keras 3 / TensorFlow over a fused ring allreduce",
     python_requires=">=3.10",
     packages=find_packages(include=["tfring", "tfring.*"]),

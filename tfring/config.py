@@ -1,7 +1,11 @@
-"""The runtime configuration: arguments first, environment variables second, defaults last.
+"""The runtime configuration: one schema, read from arguments first, environment second, defaults last.
 
-Every environment variable tfring reads is listed in `ENVIRONMENT` (and in the README's one
-table); nothing else in the package reads the environment for configuration.
+Each setting is declared once, as a field of `Config`: its name (the `tfring.init()` argument and
+the key handed to the C++ core), default, environment variable, meaning and kind (how text is
+parsed and what values are valid). The README's configuration table, `ENVIRONMENT`, the
+validation and the record the core parses (`Config.record`) are all derived from these fields;
+the C++ side holds no defaults and does no validation. Nothing else in tfring reads the
+environment for configuration.
 """
 
 import dataclasses
@@ -9,29 +13,82 @@ import os
 
 MiB = 1 << 20
 
-# name -> (field, meaning). The README's table is generated from the same facts.
-ENVIRONMENT = {
-    "TFRING_TIMEOUT": ("timeout", "seconds a collective may stall before it fails (default 60)"),
-    "TFRING_RENDEZVOUS_TIMEOUT": ("rendezvous_timeout", "seconds for all ranks to join (default 120)"),
-    "TFRING_TRANSPORT": ("transport", "auto | shm | tcp (default auto: shm when all ranks share a host)"),
-    "TFRING_SINGLE_COPY": ("single_copy", "1/0: shm reads peers' buffers directly with process_vm_readv (default 1)"),
-    "TFRING_FUSION_THRESHOLD": ("fusion_threshold_bytes", "bytes per fused allreduce pass; 0 disables fusion (default 64 MiB)"),
-    "TFRING_HOST": ("advertise_host", "address other ranks use to reach this one (default: first non-loopback IPv4)"),
-}
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """How a setting's text is parsed and which values are valid.
+
+    Args:
+        parse: text (from the environment) -> value; raises ValueError on bad text.
+        coerce: value -> the normalised value (an int of seconds becomes a float); raises
+            ValueError or TypeError when the value is not valid.
+        expected: what a valid value is, for messages ("a number of seconds > 0").
+        to_record: value -> the text the C++ core parses.
+    """
+
+    parse: object
+    coerce: object
+    expected: str
+    to_record: object = str
 
 
-def _parse_bool(name, text):
+def _flag(text):
     value = text.strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{name} must be 0 or 1, got {text!r}")
+    raise ValueError(text)
+
+
+def _require(ok, value):
+    if not ok:
+        raise ValueError(value)
+    return value
+
+
+def _seconds(value):
+    _require(isinstance(value, (int, float)) and not isinstance(value, bool), value)
+    return _require(float(value) > 0, float(value))
+
+
+def _bytes(value):
+    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and int(value) == value, value)
+    return _require(int(value) >= 0, int(value))
+
+
+SECONDS = Kind(float, _seconds, "a number of seconds > 0", repr)
+BYTES = Kind(int, _bytes, "a whole number of bytes >= 0")
+FLAG = Kind(_flag, lambda v: _require(isinstance(v, bool), v), "0 or 1", lambda v: "1" if v else "0")
+TEXT = Kind(str, lambda v: _require(isinstance(v, str) and "\n" not in v, v), "text on one line")
+TRANSPORT = Kind(str, lambda v: _require(v in ("auto", "shm", "tcp"), v), "'auto', 'shm' or 'tcp'")
+
+
+def setting(default, kind, meaning, env=None, shown_default=None):
+    """Declares one configuration field: its default, kind, meaning and environment variable.
+
+    Args:
+        default: the value when neither an argument nor the environment gives one.
+        kind: a `Kind` (`SECONDS`, `BYTES`, `FLAG`, `TEXT`, `TRANSPORT`).
+        meaning: one line for the README's table and for messages.
+        env: the environment variable that sets it, or None (argument only).
+        shown_default: how the README shows the default, when not `str(default)`.
+
+    Returns:
+        A `dataclasses.field` carrying the facts as metadata.
+
+    Example:
+
+    >>> timeout: float = setting(60.0, SECONDS, "seconds a collective may stall", env="TFRING_TIMEOUT")
+    """
+    facts = {"kind": kind, "meaning": meaning, "env": env,
+             "shown_default": str(default) if shown_default is None else shown_default}
+    return dataclasses.field(default=default, metadata=facts)
 
 
 @dataclasses.dataclass
 class Config:
-    """Settings of one tfring runtime.
+    """Settings of one tfring runtime (see the README's configuration table).
 
     Args:
         timeout: seconds a collective may wait on a peer before failing with `UnavailableError`.
@@ -42,6 +99,9 @@ class Config:
             when the OS forbids it tfring falls back to copying through the shared ring.
         fusion_threshold_bytes: most bytes reduced in one fused pass; 0 reduces each tensor alone.
         advertise_host: the address other hosts use to reach this rank.
+        store_request_timeout: seconds one request to rank 0's rendezvous store may take.
+        store_auth_timeout: seconds a new store connection has to prove the job secret.
+        store_frame_timeout: seconds a store request or reply may take once it has begun.
 
     Example:
 
@@ -50,18 +110,38 @@ class Config:
     30.0
     """
 
-    timeout: float = 60.0
-    rendezvous_timeout: float = 120.0
-    transport: str = "auto"
-    single_copy: bool = True
-    fusion_threshold_bytes: int = 64 * MiB
-    advertise_host: str = ""
+    timeout: float = setting(60.0, SECONDS, "seconds a collective may stall before it fails with "
+                             "`UnavailableError`", env="TFRING_TIMEOUT", shown_default="60")
+    rendezvous_timeout: float = setting(120.0, SECONDS, "seconds for all ranks to join at `init()`",
+                                        env="TFRING_RENDEZVOUS_TIMEOUT", shown_default="120")
+    transport: str = setting("auto", TRANSPORT, "`auto` (shared memory when every rank is on this host, "
+                             "else TCP), `shm`, `tcp`", env="TFRING_TRANSPORT")
+    single_copy: bool = setting(True, FLAG, "1/0: shared memory reads peers' tensors in place with "
+                                "`process_vm_readv`", env="TFRING_SINGLE_COPY", shown_default="1")
+    fusion_threshold_bytes: int = setting(64 * MiB, BYTES, "bytes per fused allreduce pass; 0 reduces "
+                                          "each tensor alone", env="TFRING_FUSION_THRESHOLD")
+    advertise_host: str = setting("", TEXT, "address other hosts use to reach this rank", env="TFRING_HOST",
+                                  shown_default="first non-loopback IPv4")
+    store_request_timeout: float = setting(60.0, SECONDS, "seconds one request to rank 0's rendezvous "
+                                           "store may take", shown_default="60")
+    store_auth_timeout: float = setting(10.0, SECONDS, "seconds a new store connection has to prove the "
+                                        "job secret", shown_default="10")
+    store_frame_timeout: float = setting(30.0, SECONDS, "seconds a store request or reply may take once "
+                                         "begun", shown_default="30")
 
     @classmethod
     def resolve(cls, environ=None, **arguments):
         """Builds a Config from `arguments`, then `environ` (default `os.environ`), then defaults.
 
+        Args:
+            environ: the environment to read (default `os.environ`).
+            **arguments: field values; None means "not given".
+
+        Returns:
+            A validated `Config`.
+
         Raises:
+            TypeError: an argument names no setting.
             ValueError: an argument or variable has a bad value (the message names it).
         """
         environ = os.environ if environ is None else environ
@@ -70,39 +150,67 @@ class Config:
         if unknown:
             raise TypeError(f"unknown tfring option(s): {sorted(unknown)}; known: {sorted(fields)}")
         values = {}
-        for env_name, (field, _) in ENVIRONMENT.items():
-            if arguments.get(field) is None and env_name in environ:
-                values[field] = cls._from_text(env_name, field, environ[env_name])
+        for name, field in fields.items():
+            env = field.metadata["env"]
+            if arguments.get(name) is None and env and env in environ:
+                values[name] = _from_text(env, field.metadata["kind"], environ[env])
         values.update({k: v for k, v in arguments.items() if v is not None})
         config = cls(**values)
         config.validate()
         return config
 
-    @staticmethod
-    def _from_text(name, field, text):
-        if field == "single_copy":
-            return _parse_bool(name, text)
-        if field in ("timeout", "rendezvous_timeout"):
-            try:
-                return float(text)
-            except ValueError:
-                raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
-        if field == "fusion_threshold_bytes":
-            try:
-                return int(text)
-            except ValueError:
-                raise ValueError(f"{name} must be a whole number of bytes, got {text!r}") from None
-        return text
-
     def validate(self):
-        if not self.timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
-        if not self.rendezvous_timeout > 0:
-            raise ValueError(f"rendezvous_timeout must be > 0 seconds, got {self.rendezvous_timeout}")
-        if self.transport not in ("auto", "shm", "tcp"):
-            raise ValueError(f"transport must be 'auto', 'shm' or 'tcp', got {self.transport!r}")
-        if int(self.fusion_threshold_bytes) < 0:
-            raise ValueError(f"fusion_threshold_bytes must be >= 0, got {self.fusion_threshold_bytes}")
-        self.timeout = float(self.timeout)
-        self.rendezvous_timeout = float(self.rendezvous_timeout)
-        self.fusion_threshold_bytes = int(self.fusion_threshold_bytes)
+        """Checks every field against its kind.
+
+        Raises:
+            ValueError: naming the field, what it must be, and what it holds.
+        """
+        for field in dataclasses.fields(self):
+            kind, value = field.metadata["kind"], getattr(self, field.name)
+            try:
+                setattr(self, field.name, kind.coerce(value))
+            except (TypeError, ValueError):
+                raise ValueError(f"{field.name} must be {kind.expected}, got {value!r}") from None
+
+    def record(self, job):
+        """The complete text record the C++ core parses: every setting and the job's identity.
+
+        Args:
+            job: the `tfring.launch.cluster.ClusterInfo` of this process.
+
+        Returns:
+            "key=value" lines, every key the core knows, each exactly once.
+        """
+        lines = {"rank": job.rank, "size": job.size, "local_rank": job.local_rank,
+                 "local_size": job.local_size, "store_host": job.store_host, "store_port": job.store_port,
+                 "secret": job.secret, "job_id": job.job_id}
+        for field in dataclasses.fields(self):
+            lines[field.name] = field.metadata["kind"].to_record(getattr(self, field.name))
+        return "".join(f"{key}={value}\n" for key, value in lines.items())
+
+
+def _from_text(env, kind, text):
+    try:
+        return kind.parse(text)
+    except ValueError:
+        raise ValueError(f"{env} must be {kind.expected}, got {text!r}") from None
+
+
+def settings_table():
+    """The rows of the README's configuration table, from the schema.
+
+    Returns:
+        A list of `(variable, argument, meaning, default)`, one per setting; `variable` is "—"
+        for a setting only an argument sets.
+
+    Example:
+
+    >>> settings_table()[0]
+    ('TFRING_TIMEOUT', 'timeout', 'seconds a collective may stall before it fails with `UnavailableError`', '60')
+    """
+    return [(f.metadata["env"] or "—", f.name, f.metadata["meaning"], f.metadata["shown_default"])
+            for f in dataclasses.fields(Config)]
+
+
+# Every variable tfring reads for configuration -> the setting it sets.
+ENVIRONMENT = {env: name for env, name, _, _ in settings_table() if env != "—"}

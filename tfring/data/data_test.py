@@ -227,6 +227,7 @@ def test_corrupt_record_names_file_and_offset_or_is_skipped(tmp_path, capfd):
         tfrecord_dataset(str(tmp_path / "v"), 2)
 
 
+@pytest.mark.multiprocess
 def test_cli_convert_gzip_and_pattern(tmp_path):
     np.save(tmp_path / "v.npy", np.arange(30, dtype="float32").reshape(10, 3))
     out = subprocess.run([sys.executable, "-m", "tfring", "convert", str(tmp_path / "v.npy"), str(tmp_path / "c" / "v"),
@@ -260,6 +261,7 @@ print("FINISHED")
 '''
 
 
+@pytest.mark.multiprocess
 def test_killed_conversion_leaves_no_final_partial_and_resumes(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text(SLOW)

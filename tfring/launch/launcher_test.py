@@ -27,6 +27,7 @@ def test_plan_slots_fills_hosts_in_order():
         launcher.plan_slots(0)
 
 
+@pytest.mark.multiprocess
 def test_each_rank_gets_its_environment_and_output_is_prefixed():
     code = ("import os; print(' '.join(os.environ[k] for k in ('TFRING_RANK','TFRING_SIZE','TFRING_LOCAL_RANK',"
             "'TFRING_LOCAL_SIZE'))); print(len(os.environ['TFRING_SECRET']), os.environ['TFRING_STORE_ADDR'])")
@@ -39,6 +40,7 @@ def test_each_rank_gets_its_environment_and_output_is_prefixed():
     assert len(secret_lines) == 1 and secret_lines.pop().startswith("64 127.0.0.1:")
 
 
+@pytest.mark.multiprocess
 def test_default_shows_rank0_stdout_and_every_stderr():
     code = "import os, sys; r = os.environ['TFRING_RANK']; print('out', r); print('err', r, file=sys.stderr)"
     proc = _run(["-np", "2", sys.executable, "-c", code])
@@ -47,6 +49,7 @@ def test_default_shows_rank0_stdout_and_every_stderr():
     assert "[0] err 0" in proc.stderr and "[1] err 1" in proc.stderr
 
 
+@pytest.mark.multiprocess
 def test_failing_rank_stops_the_others_and_sets_the_exit_code():
     code = ("import os, sys, time\n"
             "if os.environ['TFRING_RANK'] == '1': sys.exit(3)\n"
@@ -58,6 +61,7 @@ def test_failing_rank_stops_the_others_and_sets_the_exit_code():
     assert "rank 1 exited with code 3" in proc.stderr
 
 
+@pytest.mark.multiprocess
 def test_rank_ignoring_sigterm_is_killed_within_five_seconds():
     code = ("import os, signal, sys, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -71,12 +75,14 @@ def test_rank_ignoring_sigterm_is_killed_within_five_seconds():
     assert time.monotonic() - start < 0.5 + launcher.KILL_GRACE_SECONDS + 20
 
 
+@pytest.mark.multiprocess
 def test_signal_killed_rank_maps_to_128_plus_signal():
     code = "import os, signal\nif os.environ['TFRING_RANK'] == '1': os.kill(os.getpid(), signal.SIGKILL)"
     proc = _run(["-np", "2", sys.executable, "-c", code])
     assert proc.returncode == 128 + 9
 
 
+@pytest.mark.multiprocess
 def test_sigint_is_forwarded_to_every_rank():
     code = ("import os, signal, sys, time\n"
             "def h(*a): print('got SIGINT', flush=True); sys.exit(0)\n"
@@ -96,6 +102,7 @@ def test_sigint_is_forwarded_to_every_rank():
     assert out.count("got SIGINT") == 2
 
 
+@pytest.mark.multiprocess
 def test_bad_arguments_are_refused():
     assert _run(["-np", "0", sys.executable, "-c", "pass"]).returncode == 2
     proc = _run(["-np", "2"])
@@ -105,6 +112,7 @@ def test_bad_arguments_are_refused():
         "tfring run: cannot start '/nonexistent/program': No such file or directory"], proc.stderr
 
 
+@pytest.mark.multiprocess
 def test_a_forgotten_python_is_one_line_with_the_fix(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("print('hello')\n")
@@ -118,6 +126,7 @@ WARN = ("import warnings, os; warnings.warn('deprecated thing'); "
         "warnings.warn('rank ' + os.environ['TFRING_RANK'] + ' only')")
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("all_output", [False, True])
 def test_python_warnings_of_other_ranks_are_shown_once(all_output):
     proc = _run(["-np", "3"] + (["--all-output"] if all_output else []) + [sys.executable, "-c", WARN])
@@ -128,6 +137,7 @@ def test_python_warnings_of_other_ranks_are_shown_once(all_output):
         assert f"UserWarning: rank {r} only" in proc.stderr
 
 
+@pytest.mark.multiprocess
 def test_timeout_option_reaches_the_ranks():
     proc = _run(["-np", "1", "--timeout", "7.5", sys.executable, "-c", "import os; print(os.environ['TFRING_TIMEOUT'])"])
     assert proc.stdout.strip() == "[0] 7.5"
@@ -142,6 +152,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("wrapped", [False, True], ids=["python", "shell-wrapped"])
 def test_ranks_die_with_a_killed_launcher(wrapped):
     # SIGKILL of `tfring run` gives it no chance to stop its ranks: they must notice by themselves

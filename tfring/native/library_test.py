@@ -21,6 +21,7 @@ def test_build_info_records_the_tensorflow_version():
     assert info["sources"] == build.source_digest()
 
 
+@pytest.mark.multiprocess
 def test_library_built_for_another_tensorflow_is_rebuilt_with_one_line(tmp_path):
     # A copy of the package whose library claims another TensorFlow version.
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(build.__file__))))

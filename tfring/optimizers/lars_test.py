@@ -270,6 +270,7 @@ for batch, epochs in ((64, 1), (16, 2)):
 """
 
 
+@pytest.mark.multiprocess
 def test_mirrored_strategy_equals_no_strategy(tmp_path):
     import subprocess
     import sys

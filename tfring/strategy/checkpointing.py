@@ -19,9 +19,9 @@ import shutil
 import socket
 import tempfile
 
+from tfring.strategy import keras_patches
 from tfring.strategy.ring_model import ring_strategy_of
 
-_MARK = "_tfring_rank0_writes"
 
 # The name of the barrier every save starts with: a rank that saves while another trains then
 # fails naming it, and `explain_save_mismatch` turns that into advice.
@@ -152,7 +152,6 @@ def _rank0_writes(original):
         _barrier()
         return result
 
-    setattr(save, _MARK, True)
     return save
 
 
@@ -215,7 +214,6 @@ def _backup_save_model(original):
             _remove_unreferenced_backups(self)
         _barrier()
 
-    setattr(_save_model, _MARK, True)
     return _save_model
 
 
@@ -231,7 +229,6 @@ def _backup_load_model(original):
         self.model.load_weights(os.path.join(self.backup_dir, manifest[_WEIGHTS_KEY]))
         self.model._initial_epoch = manifest["epoch"]
 
-    setattr(_load_model, _MARK, True)
     return _load_model
 
 
@@ -245,7 +242,6 @@ def _backup_train_end(original):
             original(self, logs)  # deletes the backup folder
         _barrier()
 
-    setattr(on_train_end, _MARK, True)
     return on_train_end
 
 
@@ -259,8 +255,21 @@ def _tolerant_makedirs(original):
             return original(path)
         return os.makedirs(path, exist_ok=True)
 
-    setattr(makedirs, _MARK, True)
     return makedirs
+
+
+PATCHES = [
+    keras_patches.Patch("keras.src.utils.file_utils", "makedirs", _tolerant_makedirs,
+                        "a folder another rank just created is not an error"),
+    keras_patches.Patch("keras.Model", "save", _rank0_writes, "rank 0 alone writes a save"),
+    keras_patches.Patch("keras.Model", "save_weights", _rank0_writes, "rank 0 alone writes a save"),
+    keras_patches.Patch("keras.callbacks.BackupAndRestore", "_save_model", _backup_save_model,
+                        "rank 0 writes the backup; its metadata file commits it"),
+    keras_patches.Patch("keras.callbacks.BackupAndRestore", "_load_model", _backup_load_model,
+                        "every rank restores the backup rank 0 committed"),
+    keras_patches.Patch("keras.callbacks.BackupAndRestore", "on_train_end", _backup_train_end,
+                        "rank 0 deletes the backup once every rank is done"),
+]
 
 
 def install():
@@ -269,19 +278,11 @@ def install():
 
     Idempotent; called by `RingStrategy()`.
 
+    Raises:
+        KerasChangedError: this Keras lacks one of the wrapped functions.
+
     Example:
 
     >>> install()
     """
-    import keras
-    from keras.src.utils import file_utils
-
-    targets = [(file_utils, "makedirs", _tolerant_makedirs),
-               (keras.Model, "save", _rank0_writes), (keras.Model, "save_weights", _rank0_writes),
-               (keras.callbacks.BackupAndRestore, "_save_model", _backup_save_model),
-               (keras.callbacks.BackupAndRestore, "_load_model", _backup_load_model),
-               (keras.callbacks.BackupAndRestore, "on_train_end", _backup_train_end)]
-    for cls, name, wrap in targets:
-        current = getattr(cls, name, None)
-        if current is not None and not getattr(current, _MARK, False):
-            setattr(cls, name, wrap(current))
+    keras_patches.apply(PATCHES)

@@ -14,19 +14,20 @@
 import functools
 import inspect
 
+from tfring.strategy import keras_patches
 from tfring.strategy.ring_model import ring_strategy_of
 
-_MARK = "_tfring_on_batch"
+_CACHE = "_tfring_local_predict"
 
 
 def _local_predict_function(model):
     import tensorflow as tf
 
-    cached = getattr(model, _MARK, None)
+    cached = getattr(model, _CACHE, None)
     if cached is None or cached[0] != model.run_eagerly:
         fn = model.predict_step if model.run_eagerly else tf.function(model.predict_step, reduce_retracing=True)
         cached = (model.run_eagerly, fn)
-        object.__setattr__(model, _MARK, cached)  # not a tracked attribute of the model
+        object.__setattr__(model, _CACHE, cached)  # not a tracked attribute of the model
     return cached[1]
 
 
@@ -45,7 +46,6 @@ def _predict_on_batch(original):
         outputs = _local_predict_function(self)((x,))
         return tree.map_structure(convert_to_np_if_not_ragged, outputs)
 
-    setattr(predict_on_batch, _MARK, True)
     return predict_on_batch
 
 
@@ -65,8 +65,14 @@ def _global_logs(original):
         logs = pythonify_logs(self._get_metrics_result_or_logs(logs))  # read after the step: global
         return logs if return_dict else self._flatten_metrics_in_order(logs)
 
-    setattr(on_batch, _MARK, True)
     return on_batch
+
+
+PATCHES = [
+    keras_patches.Patch("keras.Model", "predict_on_batch", _predict_on_batch, "predicts on this rank alone"),
+    keras_patches.Patch("keras.Model", "train_on_batch", _global_logs, "returns the job's logs"),
+    keras_patches.Patch("keras.Model", "test_on_batch", _global_logs, "returns the job's logs"),
+]
 
 
 def install():
@@ -77,10 +83,4 @@ def install():
 
     >>> install()
     """
-    import keras
-
-    for name, wrap in (("predict_on_batch", _predict_on_batch), ("train_on_batch", _global_logs),
-                       ("test_on_batch", _global_logs)):
-        current = getattr(keras.Model, name)
-        if not getattr(current, _MARK, False):
-            setattr(keras.Model, name, wrap(current))
+    keras_patches.apply(PATCHES)

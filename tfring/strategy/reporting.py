@@ -16,9 +16,9 @@ and BackupAndRestore run everywhere and write once (see `checkpointing`).
 import functools
 import inspect
 
+from tfring.strategy import keras_patches
 from tfring.strategy.ring_model import ring_strategy_of
 
-_MARK = "_tfring_reports_once"
 
 
 def reporting_callbacks():
@@ -58,8 +58,11 @@ def _quietly(original):
             bound.arguments["callbacks"] = [c for c in callbacks if not isinstance(c, reporting_callbacks())]
         return original(*bound.args, **bound.kwargs)
 
-    setattr(call, _MARK, True)
     return call
+
+
+PATCHES = [keras_patches.Patch("keras.Model", name, _quietly, "ranks > 0 report nothing")
+           for name in ("fit", "evaluate", "predict")]
 
 
 def install():
@@ -69,9 +72,4 @@ def install():
 
     >>> install()
     """
-    import keras
-
-    for name in ("fit", "evaluate", "predict"):
-        current = getattr(keras.Model, name)
-        if not getattr(current, _MARK, False):
-            setattr(keras.Model, name, _quietly(current))
+    keras_patches.apply(PATCHES)

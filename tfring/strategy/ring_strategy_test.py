@@ -1,4 +1,4 @@
-"""RingStrategy's own choices that need no job (the multi-process behaviour: tests/test_ring_strategy.py)."""
+"""RingStrategy's own choices that need no job (the multi-process behaviour: tests/ring_strategy_test.py)."""
 
 from tfring.strategy.ring_strategy import replica_device
 

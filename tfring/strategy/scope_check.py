@@ -12,9 +12,7 @@ import functools
 
 from tfring import runtime
 from tfring.strategy import checkpointing
-
-_MARK = "_tfring_scope_checked"
-
+from tfring.strategy import keras_patches
 
 def _check(model):
     if not runtime.is_initialized() or runtime.size() < 2:
@@ -35,8 +33,11 @@ def _checked_fit(original):
         with checkpointing.save_mismatch_explained():
             return original(self, *args, **kwargs)
 
-    setattr(fit, _MARK, True)
     return fit
+
+
+PATCHES = [keras_patches.Patch("keras.Model", "fit", _checked_fit,
+                               "refuses a model built outside strategy.scope()")]
 
 
 def install():
@@ -46,8 +47,4 @@ def install():
 
     >>> install()
     """
-    import keras
-
-    current = keras.Model.fit
-    if not getattr(current, _MARK, False):
-        keras.Model.fit = _checked_fit(current)
+    keras_patches.apply(PATCHES)

@@ -18,8 +18,8 @@ the share of the step being traced; outside a RingStrategy step they behave as b
 import tensorflow as tf
 
 from tfring.ops import collectives
+from tfring.strategy import keras_patches
 
-_MARK = "_tfring_step_rows"
 
 
 class StepRows:
@@ -138,8 +138,23 @@ def _scaled(original, scale):
         value = tf.convert_to_tensor(value)
         return value * scale(rows, value.dtype)
 
-    setattr(wrapper, _MARK, True)
     return wrapper
+
+
+def _scale_by_share(original):
+    return _scaled(original, lambda rows, dtype: rows.share(dtype))
+
+
+def _unscale_by_share(original):
+    return _scaled(original, lambda rows, dtype: rows.inverse_share(dtype))
+
+
+PATCHES = [
+    keras_patches.Patch("keras.src.losses.loss", "scale_loss_for_distribution", _scale_by_share,
+                        "a rank's loss counts by its rows' share of the global batch"),
+    keras_patches.Patch("keras.src.losses.loss", "unscale_loss_for_distribution", _unscale_by_share,
+                        "the inverse of scale_loss_for_distribution"),
+]
 
 
 def install():
@@ -149,11 +164,4 @@ def install():
 
     >>> install()
     """
-    from keras.src.losses import loss as loss_module
-
-    if getattr(loss_module.scale_loss_for_distribution, _MARK, False):
-        return
-    loss_module.scale_loss_for_distribution = _scaled(
-        loss_module.scale_loss_for_distribution, lambda rows, dtype: rows.share(dtype))
-    loss_module.unscale_loss_for_distribution = _scaled(
-        loss_module.unscale_loss_for_distribution, lambda rows, dtype: rows.inverse_share(dtype))
+    keras_patches.apply(PATCHES)

@@ -15,6 +15,8 @@ from tfring.testing import QUIET_ENV
 from tfring.testing import rank_lines
 from tfring.testing import run_job
 
+pytestmark = pytest.mark.multiprocess
+
 RANKS = r'''
 import json, os
 import numpy as np
@@ -105,16 +107,20 @@ if len(sys.argv) > 2:
 '''
 
 
-def test_s3_paths_through_tensorflow_io(tmp_path):
+def test_s3_paths_fail_clearly_where_tensorflow_io_does_not_load():
     import tensorflow as tf
 
     major, minor = (int(p) for p in tf.__version__.split(".")[:2])
-    if (major, minor) >= (2, 18):
-        from tfring.data import tfrecord_dataset
+    if (major, minor) < (2, 18):
+        pytest.skip("tensorflow-io loads on this TensorFlow: test_s3_paths_through_tensorflow_io runs instead")
+    from tfring.data import tfrecord_dataset
 
-        with pytest.raises(RuntimeError, match="need tensorflow-io, which is unavailable on TensorFlow"):
-            tfrecord_dataset("s3://bucket/data/train", 4)
-        return
+    with pytest.raises(RuntimeError, match="need tensorflow-io, which is unavailable on TensorFlow"):
+        tfrecord_dataset("s3://bucket/data/train", 4)
+
+
+@pytest.mark.tensorflow_io
+def test_s3_paths_through_tensorflow_io(tmp_path):
     pytest.importorskip("moto", reason="moto (in requirements/tf2.17.txt) provides the local S3 emulator")
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],

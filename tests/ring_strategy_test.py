@@ -12,6 +12,8 @@ from tfring.testing import QUIET_ENV
 from tfring.testing import rank_lines
 from tfring.testing import run_job
 
+pytestmark = pytest.mark.multiprocess
+
 FIT = r'''
 import json, os
 import numpy as np

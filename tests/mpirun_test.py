@@ -10,8 +10,9 @@ import pytest
 
 from tfring.testing import QUIET_ENV
 
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None,
-                                reason="mpirun is not installed (apt-get install openmpi-bin; .ci/run does)")
+pytestmark = [pytest.mark.multiprocess,
+              pytest.mark.skipif(shutil.which("mpirun") is None,
+                                 reason="mpirun is not installed (apt-get install openmpi-bin; .ci/run does)")]
 
 SCRIPT = """
 import os, sys

@@ -7,6 +7,8 @@ import pytest
 from tfring.testing import rank_lines
 from tfring.testing import run_job
 
+pytestmark = pytest.mark.multiprocess
+
 CHECK_EVERYTHING = r'''
 import numpy as np
 import tensorflow as tf

@@ -6,9 +6,13 @@ import sys
 
 import numpy as np
 
+import pytest
+
 from tfring.testing import QUIET_ENV
 from tfring.testing import rank_lines
 from tfring.testing import run_job
+
+pytestmark = pytest.mark.multiprocess
 
 SCRIPT = r'''
 import json, os

@@ -12,6 +12,8 @@ import pytest
 from tfring.testing import rank_lines
 from tfring.testing import run_job
 
+pytestmark = pytest.mark.multiprocess
+
 FUZZ = r'''
 import hashlib, os
 import numpy as np

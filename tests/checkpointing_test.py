@@ -6,7 +6,11 @@ import subprocess
 
 import numpy as np
 
+import pytest
+
 from tfring.testing import run_job
+
+pytestmark = pytest.mark.multiprocess
 
 SAVE = r'''
 import os

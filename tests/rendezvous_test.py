@@ -4,7 +4,12 @@ import os
 import subprocess
 import sys
 import time
+
+import pytest
+
 from tfring.launch.launcher import free_port
+
+pytestmark = pytest.mark.multiprocess
 
 INIT = "import tfring\ntry:\n    tfring.init()\n    print('JOINED', tfring.size())\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
 

@@ -18,6 +18,8 @@ import pytest
 from tfring.testing import QUIET_ENV
 from tfring.testing import run_job
 
+pytestmark = pytest.mark.multiprocess
+
 SCRIPT = r'''
 import json, os
 import numpy as np

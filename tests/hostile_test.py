@@ -13,11 +13,13 @@ import sys
 import textwrap
 import time
 
-
+import pytest
 
 from tfring.launch.launcher import free_port
 from tfring.testing import QUIET_ENV
 from tfring.testing import run_job
+
+pytestmark = pytest.mark.multiprocess
 
 NONCE = 16
 

@@ -2,8 +2,12 @@
 
 import json
 
+import pytest
+
 from tfring.testing import rank_lines
 from tfring.testing import run_job
+
+pytestmark = pytest.mark.multiprocess
 
 SCRIPT = r'''
 import json, logging, sys

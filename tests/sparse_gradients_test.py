@@ -11,6 +11,8 @@ from tfring.testing import QUIET_ENV
 from tfring.testing import rank_lines
 from tfring.testing import run_job
 
+pytestmark = pytest.mark.multiprocess
+
 SCRIPT = r'''
 import os
 import numpy as np

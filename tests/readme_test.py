@@ -3,6 +3,8 @@
 import os
 import re
 
+import pytest
+
 from tfring.testing import rank_lines
 from tfring.testing import run_job
 
@@ -16,6 +18,7 @@ def _porting_script():
     return match.group(1)
 
 
+@pytest.mark.multiprocess
 def test_the_porting_guide_script_runs_as_written(tmp_path):
     script = "import os\nos.chdir(os.environ['WORKDIR'])\n" + _porting_script()
     proc = run_job(2, script, env={"WORKDIR": str(tmp_path), "PYTHONWARNINGS": "ignore"}, timeout=600)
@@ -27,3 +30,17 @@ def test_the_porting_guide_script_runs_as_written(tmp_path):
         assert (tmp_path / name).exists(), name
     rows = (tmp_path / "train_log.csv").read_text().strip().splitlines()
     assert rows[0].startswith("epoch") and 2 <= len(rows) - 1 <= 5, rows  # one row per epoch, written once
+
+
+def test_the_configuration_table_is_the_schema():
+    # The README's table is written from tfring.config's one schema: every setting, its variable,
+    # argument, meaning and default, in order; the launcher's secret variables follow.
+    from tfring.config import settings_table
+
+    text = open(README).read()
+    table = text[text.index("| variable | `init()` argument |"):].split("\n\n")[0].splitlines()[2:]
+    rows = [line.strip("| ").split(" | ") for line in table]
+    expected = [["—" if env == "—" else f"`{env}`", f"`{arg}`", meaning, default]
+                for env, arg, meaning, default in settings_table()]
+    assert rows[:len(expected)] == expected
+    assert [row[0] for row in rows[len(expected):]] == ["`TFRING_SECRET`", "`TFRING_SECRET_FILE`"]

@@ -14,9 +14,13 @@ import threading
 
 import numpy as np
 
+import pytest
+
 from tfring.testing import QUIET_ENV
 from tfring.testing import rank_lines
 from tfring.testing import run_job
+
+pytestmark = pytest.mark.multiprocess
 
 PRELUDE = r'''
 import os
