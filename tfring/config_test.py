@@ -30,3 +30,39 @@ def test_bad_values_name_the_variable(env, needle):
 def test_unknown_option():
     with pytest.raises(TypeError, match="unknown tfring option"):
         Config.resolve(environ={}, timeoutt=3)
+
+
+def test_every_setting_has_its_facts_in_one_place():
+    from tfring.config import ENVIRONMENT
+    from tfring.config import settings_table
+
+    rows = settings_table()
+    assert [r[1] for r in rows][:6] == ["timeout", "rendezvous_timeout", "transport", "single_copy",
+                                         "fusion_threshold_bytes", "advertise_host"]
+    assert ENVIRONMENT["TFRING_TIMEOUT"] == "timeout" and "store_request_timeout" not in ENVIRONMENT.values()
+
+
+def test_the_record_for_the_core_is_complete_and_typed():
+    from tfring.launch.cluster import ClusterInfo
+
+    c = Config.resolve(environ={}, store_request_timeout=5, single_copy=False, fusion_threshold_bytes=1e3)
+    job = ClusterInfo(rank=1, size=2, local_rank=1, local_size=2, store_host="10.0.0.1", store_port=4242,
+                      secret="s", job_id="j")
+    record = dict(line.split("=", 1) for line in c.record(job).splitlines())
+    assert record == {"rank": "1", "size": "2", "local_rank": "1", "local_size": "2", "store_host": "10.0.0.1",
+                      "store_port": "4242", "secret": "s", "job_id": "j", "timeout": "60.0",
+                      "rendezvous_timeout": "120.0", "transport": "auto", "single_copy": "0",
+                      "fusion_threshold_bytes": "1000", "advertise_host": "", "store_request_timeout": "5.0",
+                      "store_auth_timeout": "10.0", "store_frame_timeout": "30.0"}
+
+
+@pytest.mark.parametrize("option,value,needle", [
+    ("store_frame_timeout", 0, "store_frame_timeout must be a number of seconds > 0, got 0"),
+    ("fusion_threshold_bytes", 1.5, "fusion_threshold_bytes must be a whole number of bytes >= 0, got 1.5"),
+    ("single_copy", "yes", "single_copy must be 0 or 1, got 'yes'"),
+    ("advertise_host", "a\nb", "advertise_host must be text on one line"),
+    ("timeout", True, "timeout must be a number of seconds > 0, got True"),
+])
+def test_bad_arguments_name_the_setting(option, value, needle):
+    with pytest.raises(ValueError, match=needle):
+        Config.resolve(environ={}, **{option: value})

@@ -1,10 +1,11 @@
-"""Distribution: `RingStrategy` and the `tfring run` launcher."""
+"""Distribution: `RingStrategy`, a `tf.distribute` strategy of one replica per process, and the
+Keras wrappers it installs (keras_patches.py lists them)."""
 
 __all__ = ["RingStrategy"]
 
 
 def __getattr__(name):
-    # RingStrategy imports TensorFlow; the launcher (same package) must start without it.
+    # RingStrategy imports TensorFlow: load it when asked for.
     if name == "RingStrategy":
         from tfring.strategy.ring_strategy import RingStrategy
 
