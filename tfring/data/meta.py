@@ -8,6 +8,7 @@ record count and checksum of every shard, the total, and where the data came fro
 import dataclasses
 import json
 import os
+import re
 
 # How a feature is stored in the tf.train.Example:
 #   "int"   int64_list of the values (small integer arrays)
@@ -16,6 +17,10 @@ import os
 #   "bytes" one bytes value as is (strings)
 #   "image" one bytes value: an encoded JPEG/PNG (height/width/channels are separate features)
 ENCODINGS = ("int", "float", "raw", "bytes", "image")
+# Each compression's TensorFlow name (`compression_type`) and shard file ending.
+COMPRESSION_TYPES = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
+_ENDINGS = {"none": "", "gzip": ".gz", "zlib": ".zz"}
+_SHARD_NAME = re.compile(r"^(?P<prefix>.*)-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zz)?$")
 META_SUFFIX = ".meta.json"
 PLAN_SUFFIX = ".plan.json"
 
@@ -90,8 +95,20 @@ class DatasetMeta:
 
 def shard_file_name(prefix, index, count, compression):
     """`PREFIX-00003-of-00016.tfrecord` (+ `.gz` for gzip, `.zz` for zlib)."""
-    ending = {"none": "", "gzip": ".gz", "zlib": ".zz"}[compression]
-    return f"{prefix}-{index:05d}-of-{count:05d}.tfrecord{ending}"
+    return f"{prefix}-{index:05d}-of-{count:05d}.tfrecord{_ENDINGS[compression]}"
+
+
+def shard_prefix(path):
+    """The output prefix of a shard file's path (`data/train` for `data/train-00003-of-00016.tfrecord`).
+
+    Args:
+        path: a path.
+
+    Returns:
+        The prefix, or None when `path` is not named like a shard (see `shard_file_name`).
+    """
+    match = _SHARD_NAME.match(path)
+    return match.group("prefix") if match else None
 
 
 def read_json(path):

@@ -1,14 +1,15 @@
 """How `RingStrategy` gives each rank its share of a dataset batched with the global batch size.
 
-Two ways, chosen per dataset (as MultiWorkerMirroredStrategy's AUTO policy does):
+Two ways, chosen per dataset (as MultiWorkerMirroredStrategy's AUTO policy does) by the rule
+in `sharding`, which `tfring.data.tfrecord_dataset` follows too:
 
 - by file, when the dataset reads records from files (TFRecord, text lines, fixed-length records)
   and there are at least as many files as ranks: rank r reads files r, r + size, ... and splits
   each of its global batches into size pieces, so it reads only its own share of the data;
 - by record otherwise: every rank reads every global batch and keeps its contiguous slice of
   B / size rows (a short last batch splits as evenly as it can: 13 rows over 2 ranks are 7 and 6;
-  see `rank_slice`, and `step_rows` for how the step stays exact). Exact (the global batch is the
-  one a single process sees) at the cost of reading everything on every rank.
+  see `sharding.rank_rows`, and `step_rows` for how the step stays exact). Exact (the global batch
+  is the one a single process sees) at the cost of reading everything on every rank.
 
 A dataset whose auto-shard policy is OFF (sharded by its maker, e.g. `tfring.data.tfrecord_dataset`)
 is used as is.
@@ -20,6 +21,8 @@ import tensorflow as tf
 from absl import logging as absl_logging
 from tensorflow.python.data.experimental.ops import distribute as data_distribute
 from tensorflow.python.distribute import input_ops
+
+from tfring.strategy import sharding
 
 _log = logging.getLogger("tfring")
 
@@ -48,7 +51,7 @@ def shard_for_rank(dataset, rank, size):
     if size > 1 and not _shard_policy_off(dataset):
         global_batch = _static_global_batch(dataset, size)
         files = count_input_files(dataset)
-        if files is not None and files >= size:
+        if sharding.reads_by_file(files, size):
             _log.info("RingStrategy: sharding the input by file (%d files over %d ranks)", files, size)
             dataset = _shard_by_file(dataset, rank, size)
         else:
@@ -152,9 +155,8 @@ def _static_global_batch(dataset, size):
         raise ValueError(f"{_NOT_BATCHED}; its components have different first dimensions {sorted(known)}, "
                          f"so they are not batches of one size: {dataset.element_spec}")
     batch = known.pop() if known else None
-    if batch is not None and batch % size:
-        raise ValueError(f"RingStrategy: the global batch size {batch} does not divide evenly among "
-                         f"the {size} ranks; use a multiple of {size}")
+    if batch is not None:
+        sharding.rank_batch(batch, size, what="the dataset's batch size")
     return batch
 
 
@@ -167,41 +169,13 @@ def _batch_size(element):
         return tf.identity(batch)
 
 
-def rank_slice(batch, rank, size):
-    """Rows [start, start + count) of a global batch of `batch` rows that rank `rank` takes.
-
-    The rows are split as evenly as possible and in rank order: the first `batch % size` ranks
-    take one row more (a last batch of 13 rows over 2 ranks: 7 and 6; 1 row over 2 ranks: 1 and 0).
-
-    Args:
-        batch: the global batch's row count (int or scalar tensor).
-        rank: this process's rank.
-        size: the number of ranks.
-
-    Returns:
-        (start, count), scalar tensors.
-
-    Example:
-
-    >>> [int(v) for v in rank_slice(13, 1, 2)]
-    [7, 6]
-    """
-    base, extra = batch // size, batch % size
-
-    def first_row(r):  # of rank r; rank r + 1 starts where rank r ends
-        return base * r + tf.minimum(r, extra)
-
-    start = first_row(rank)
-    return start, first_row(rank + 1) - start
-
-
 def _slice_global_batches(dataset, rank, size, global_batch):
-    """Each element is a global batch; keep this rank's rows of it (see `rank_slice`)."""
+    """Each element is a global batch; keep this rank's rows of it (see `sharding.rank_rows`)."""
     del global_batch  # checked statically by the caller; short last batches split unevenly
 
     def take_slice(*element):
         element = element[0] if len(element) == 1 else element
-        start, count = rank_slice(_batch_size(element), rank, size)
+        start, count = sharding.rank_rows(_batch_size(element), rank, size)
 
         def cut(t):
             return t[start:start + count] if isinstance(t, tf.Tensor) and t.shape.rank else t

@@ -1,8 +1,9 @@
 """Readers of the formats `tfring convert` accepts, behind one small interface.
 
 A source has `features` (the `FeatureSpec`s), `label` (a feature name or None), `classes`,
-`description` (a dict for the meta file), `len()`, `item_name(i)` (for messages) and
-`example(i)` -> {feature name: value}, raising `BadItem` for an unreadable item.
+`description` (a dict for the meta file), `len()`, `item_name(i)` (for messages),
+`example(i)` -> {feature name: value}, raising `BadItem` for an unreadable item, and
+`image_shape(values)` -> the (height, width, channels) of an example's encoded image, or None.
 """
 
 import os

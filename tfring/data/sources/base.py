@@ -29,6 +29,20 @@ class Source:
     def example(self, index):
         raise NotImplementedError
 
+    def image_shape(self, values):
+        """The (height, width, channels) of the encoded image among an example's values.
+
+        The writer records the shapes in the meta file, from which readers learn whether images
+        can be batched as they are or need resizing.
+
+        Args:
+            values: what `example(i)` returned.
+
+        Returns:
+            A tuple of ints, or None for a source without encoded images.
+        """
+        return None
+
 
 def require(module, package, what):
     """Imports an optional reader, or says which package to install.
