@@ -4,16 +4,15 @@ Each call is ONE op node, also for a list of tensors, so a whole gradient list i
 single fused collective. The kernels are asynchronous: they hand the tensors to tfring's engine
 and never block a TensorFlow inter-op thread.
 
-Inside a `tf.function`, TensorFlow does not order stateful ops that share no resource, so these
-wrappers chain every collective of a graph to the previous one with a control dependency: every
-rank then submits its collectives in program order, which is what keeps ranks in step.
+Every rank must submit its collectives in the same order: each op is built with
+`ordering.ordered`, which chains it to the graph's previous collective (see `ordering`).
 """
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
 
 from tfring import runtime as _runtime
 from tfring.native import library as _library
+from tfring.ops import ordering
 
 REDUCE_OPS = ("sum", "mean", "min", "max", "product")
 _REDUCE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
@@ -39,44 +38,6 @@ def _as_list(what, tensors, allowed):
     items = [tf.convert_to_tensor(t) for t in ([tensors] if single else tensors)]
     _check_dtypes(what, items, allowed)
     return single, items
-
-
-def _chained(make):
-    """Runs make() after the previous collective of the current graph (graph mode only)."""
-    if tf.executing_eagerly():
-        return make()
-    graph = tf.compat.v1.get_default_graph()
-    if control_flow_util.GraphOrParentsInXlaContext(graph):
-        raise ValueError(
-            "tfring collectives cannot run inside XLA-compiled code (jit_compile=True): they have no XLA "
-            "kernel. Compile the Keras model with jit_compile=False (or leave it at 'auto', which is "
-            "False under a distribution strategy).")
-    previous = getattr(graph, "_tfring_last_collective", None)
-    if previous is not None:
-        with tf.control_dependencies([previous]):
-            result = make()
-    else:
-        result = make()
-    ops = result if isinstance(result, (list, tuple)) else [result]
-    graph._tfring_last_collective = ops[0].op if ops and hasattr(ops[0], "op") else result
-    return result
-
-
-def ordered(make):
-    """Builds `make()` (ops that run collectives, e.g. a `tf.cond` with one in each branch) in
-    program order with this graph's other collectives, as every collective of this module is.
-
-    Args:
-        make: a function returning a tensor or a list/tuple of tensors.
-
-    Returns:
-        What `make()` returns.
-
-    Example:
-
-    >>> values, rows = ordered(lambda: tf.cond(dense, reduce_dense, gather_rows))
-    """
-    return _chained(make)
 
 
 def allreduce(tensors, op="sum", name=None):
@@ -116,7 +77,7 @@ def allreduce(tensors, op="sum", name=None):
                 out[i] = r
         return out
     lib = _ops()
-    result = _chained(lambda: lib.tfring_allreduce(items, reduce_op=op, name=name))
+    result = ordering.ordered(lambda: lib.tfring_allreduce(items, reduce_op=op, name=name))
     return result[0] if single else list(result)
 
 
@@ -144,7 +105,7 @@ def broadcast(tensors, root_rank=0, name=None):
     if len({t.dtype for t in items}) > 1:
         return [broadcast(t, root_rank, name) for t in items]
     lib = _ops()
-    result = _chained(lambda: lib.tfring_broadcast(items, root_rank=root_rank, name=name))
+    result = ordering.ordered(lambda: lib.tfring_broadcast(items, root_rank=root_rank, name=name))
     return result[0] if single else list(result)
 
 
@@ -171,7 +132,7 @@ def allgather(tensor, name=None):
         raise ValueError("tfring.allgather needs a tensor of rank >= 1 (it concatenates along the first "
                          "dimension), got a scalar")
     lib = _ops()
-    return _chained(lambda: lib.tfring_allgather(tensor, name=name))
+    return ordering.ordered(lambda: lib.tfring_allgather(tensor, name=name))
 
 
 def barrier(name=None, label=""):
@@ -190,7 +151,7 @@ def barrier(name=None, label=""):
     >>> tfring.ops.barrier(label="end of epoch")
     """
     lib = _ops()
-    return _chained(lambda: lib.tfring_barrier(label=label, name=name))
+    return ordering.ordered(lambda: lib.tfring_barrier(label=label, name=name))
 
 
 def broadcast_variables(variables, root_rank=0):
