@@ -10,6 +10,7 @@ Every rank must submit its collectives in the same order: each op is built with
 
 import tensorflow as tf
 
+from tfring import checks
 from tfring import runtime as _runtime
 from tfring.native import library as _library
 from tfring.ops import ordering
@@ -63,8 +64,7 @@ def allreduce(tensors, op="sum", name=None):
     >>> tfring.ops.allreduce(tf.constant([1.0, 2.0]), op="mean")
     <tf.Tensor: shape=(2,), dtype=float32, numpy=array([1., 2.], dtype=float32)>
     """
-    if op not in REDUCE_OPS:
-        raise ValueError(f"tfring.allreduce: op must be one of {REDUCE_OPS}, got {op!r}")
+    checks.choice("tfring.allreduce", "op", op, REDUCE_OPS)
     single, items = _as_list("allreduce", tensors, _REDUCE_DTYPES)
     if not items:
         return []
@@ -97,8 +97,7 @@ def broadcast(tensors, root_rank=0, name=None):
     >>> tfring.ops.broadcast(tf.constant(3), root_rank=0)
     <tf.Tensor: shape=(), dtype=int32, numpy=3>
     """
-    if not isinstance(root_rank, int) or root_rank < 0:
-        raise ValueError(f"tfring.broadcast: root_rank must be a rank >= 0, got {root_rank!r}")
+    root_rank = checks.number("tfring.broadcast", "root_rank", root_rank, integer=True, at_least=0)
     single, items = _as_list("broadcast", tensors, _COPY_DTYPES)
     if not items:
         return []

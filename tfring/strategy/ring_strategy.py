@@ -24,6 +24,7 @@ from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.distribute import values as values_lib
 
+from tfring import checks
 from tfring import runtime
 from tfring.ops import collectives
 from tfring.ops import ordering
@@ -322,8 +323,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
     def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None,
                  sparse_as_dense=False):
         wire = {None: None, "none": None, "fp16": tf.float16, "bf16": tf.bfloat16}
-        if compression not in wire:
-            raise ValueError(f"RingStrategy: compression must be None, 'fp16' or 'bf16', got {compression!r}")
+        checks.choice("RingStrategy", "compression", compression, tuple(wire))
         try:
             runtime.init(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout)
         except Exception as e:
