@@ -97,6 +97,12 @@ def test_momentum_correction_scales_the_velocity():
         np.testing.assert_array_equal(m.numpy(), b)
 
 
+def test_callbacks_count_in_epochs():
+    cb = callbacks.PolynomialDecay(end_epoch=3)
+    cb._steps = 4
+    assert [cb.epochs_done(e, b) for e, b in ((0, 0), (0, 1), (2, 3))] == [0.0, 0.25, 2.75]
+
+
 def test_polynomial_decay_callback():
     rates, _, _ = _fit(keras.optimizers.SGD(1.0), [callbacks.PolynomialDecay(end_epoch=3, start_epoch=1, power=2.0,
                                                                              end_lr=0.1)], epochs=4)

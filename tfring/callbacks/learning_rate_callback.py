@@ -1,5 +1,9 @@
-"""The base of tfring's learning-rate callbacks: reading and setting the optimizer's rate (with
-momentum correction), the steps per epoch, and the rate in the epoch logs."""
+"""The base of tfring's learning-rate callbacks: where training is (in epochs), reading and setting
+the optimizer's rate (with momentum correction), and the rate in the epoch logs.
+
+The callbacks only drive: each evaluates its schedule's formula (`tfring.schedules`) at the
+current epoch and batch, in Python, the same on every rank.
+"""
 
 import keras
 
@@ -99,6 +103,18 @@ class LearningRateCallback(keras.callbacks.Callback):
                              f"has no known length); pass steps_per_epoch=")
         return int(steps)
 
+    def epochs_done(self, epoch, batch):
+        """Where training is at `batch` of `epoch`, in (fractional) epochs: the callbacks' unit.
+
+        Args:
+            epoch: the epoch index.
+            batch: the batch index within the epoch.
+
+        Returns:
+            A float: epoch + batch / steps per epoch (the steps found at train begin).
+        """
+        return epoch + batch / self._steps
+
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
@@ -109,25 +125,3 @@ class LearningRateCallback(keras.callbacks.Callback):
     def _say(self, message):
         if self.verbose:
             print(f"{type(self).__name__}: {message}", flush=True)
-
-
-def check_epochs(where, what, value, allow_zero=True):
-    """Validates a count of epochs.
-
-    Args:
-        where: the caller's name, for the message.
-        what: the argument's name.
-        value: the value.
-        allow_zero: whether 0 is allowed.
-
-    Returns:
-        The value as a float.
-
-    Raises:
-        ValueError: not a number, negative, or zero when not allowed.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{where}: {what} must be a number of epochs, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{where}: {what} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-    return float(value)
