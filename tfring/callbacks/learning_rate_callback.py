@@ -13,24 +13,29 @@ def _inner(optimizer):
     return getattr(optimizer, "inner_optimizer", optimizer)
 
 
-def momentum_buffers(optimizer):
-    """The velocity variables whose scale follows the learning rate (v = m·v + lr·g forms).
+def rescale_momentum(optimizer, factor):
+    """Scales the momentum buffers that carry the learning rate (v = m·v + lr·g forms) by `factor`.
+
+    An optimizer that knows its buffers says so with a `rescale_momentum(factor)` method
+    (`tfring.optimizers.LARS` has one); Keras' SGD is handled here; other optimizers (e.g. Adam,
+    whose moments do not carry the learning rate) are left alone.
 
     Args:
         optimizer: a Keras optimizer (LossScaleOptimizer: its inner optimizer is used).
+        factor: the multiplier, new rate / old rate.
 
-    Returns:
-        A list of variables: LARS's velocities, Keras SGD's momentums, else [] (e.g. Adam, whose
-        moments do not carry the learning rate).
+    Example:
+
+    >>> rescale_momentum(model.optimizer, 0.5)
     """
-    from tfring.optimizers.lars import LARS
-
     optimizer = _inner(optimizer)
-    if isinstance(optimizer, LARS) and optimizer.built and optimizer.momentum:
-        return [v for v in optimizer._velocities if v is not None]
-    if isinstance(optimizer, keras.optimizers.SGD) and optimizer.built and optimizer.momentum:
-        return [v for v in optimizer.momentums if v is not None]
-    return []
+    hook = getattr(optimizer, "rescale_momentum", None)
+    if callable(hook):
+        hook(factor)
+    elif isinstance(optimizer, keras.optimizers.SGD) and optimizer.built and optimizer.momentum:
+        for momentum in optimizer.momentums:
+            if momentum is not None:
+                momentum.assign(momentum * factor)
 
 
 class LearningRateCallback(keras.callbacks.Callback):
@@ -82,8 +87,7 @@ class LearningRateCallback(keras.callbacks.Callback):
             return
         optimizer.learning_rate = value
         if self.momentum_correction and old > 0:
-            for velocity in momentum_buffers(optimizer):
-                velocity.assign(velocity * (value / old))
+            rescale_momentum(optimizer, value / old)
 
     def steps_per_epoch(self, given):
         """`given`, else the steps per epoch Keras knows for this fit.

@@ -185,6 +185,37 @@ class LARS(keras.optimizers.Optimizer):
         delta = self.momentum * new_velocity + step if self.nesterov else new_velocity
         variable.assign_sub(tf.cast(delta, variable.dtype))
 
+    def rescale_momentum(self, factor):
+        """Multiplies every velocity by `factor`: momentum correction when the rate changes.
+
+        The velocity accumulates lr · ratio · g, so it carries the learning rate it was built
+        with. When the rate changes from a to b, scaling the velocity by b / a (Goyal et al. 2017)
+        keeps a jump in rate from acting on velocity built at the old rate.
+        `tfring.callbacks.LearningRateWarmup` (and the other callbacks) call it when they change
+        the rate with `momentum_correction=True`. Nothing to do before the optimizer is built or
+        without momentum.
+
+        Args:
+            factor: the multiplier, new rate / old rate (a float).
+
+        Example:
+
+        >>> optimizer = tfring.optimizers.LARS(0.1)
+        >>> model.compile(optimizer=optimizer, loss="mse")
+        >>> model.fit(x, y, epochs=1)
+        >>> optimizer.learning_rate = 0.05
+        >>> optimizer.rescale_momentum(0.05 / 0.1)
+
+        References:
+            Goyal et al. 2017, "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour",
+            section 2.1 (momentum correction).
+        """
+        if not self.built or not self.momentum:
+            return
+        for velocity in self._velocities:
+            if velocity is not None:
+                velocity.assign(velocity * factor)
+
     def get_config(self):
         """The optimizer's configuration (`from_config` rebuilds it).
 
