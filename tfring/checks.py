@@ -6,7 +6,8 @@ names the caller, the argument, what was expected and what was received.
 """
 
 
-def number(where, what, value, *, at_least=None, above=None, integer=False, unit=None):
+def number(where, what, value, *, at_least=None, above=None, below=None, integer=False, unit=None,
+           expected=None):
     """Checks that `value` is a real number (not a bool) in range; returns it as a float or int.
 
     Args:
@@ -15,8 +16,11 @@ def number(where, what, value, *, at_least=None, above=None, integer=False, unit
         value: what the caller passed.
         at_least: the smallest allowed value (inclusive), or None.
         above: a bound the value must exceed (exclusive), or None.
+        below: a bound the value must stay under (exclusive), or None.
         integer: whether the value must be a whole number (an `int`); returns an int then.
         unit: what the number counts, for the message (e.g. `"epochs"`, `"seconds"`).
+        expected: what the message says a valid value is (e.g. `"a positive int"`) for every
+            failure, instead of the standard wording: only for messages users already match on.
 
     Returns:
         `value` as an int when `integer`, else as a float.
@@ -32,17 +36,27 @@ def number(where, what, value, *, at_least=None, above=None, integer=False, unit
     Traceback (most recent call last):
     ...
     ValueError: fit: steps must be > 0, got 0
+    >>> number("scale_learning_rate", "base_lr", -1, above=0, expected="a positive number")
+    Traceback (most recent call last):
+    ...
+    ValueError: scale_learning_rate: base_lr must be a positive number, got -1
     """
     kind = "a whole number" if integer else "a number"
     if unit:
         kind += f" of {unit}"
     allowed = (int,) if integer else (int, float)
+    failure = None
     if isinstance(value, bool) or not isinstance(value, allowed):
-        raise ValueError(f"{where}: {what} must be {kind}, got {value!r}")
-    if at_least is not None and value < at_least:
-        raise ValueError(f"{where}: {what} must be >= {at_least}, got {value}")
-    if above is not None and not value > above:
-        raise ValueError(f"{where}: {what} must be > {above}, got {value}")
+        failure = kind
+    elif at_least is not None and value < at_least:
+        failure = f">= {at_least}"
+    elif above is not None and not value > above:
+        failure = f"> {above}"
+    elif below is not None and not value < below:
+        failure = f"< {below}"
+    if failure is not None:
+        shown = repr(value) if expected or failure == kind else value
+        raise ValueError(f"{where}: {what} must be {expected or failure}, got {shown}")
     return int(value) if integer else float(value)
 
 

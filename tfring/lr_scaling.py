@@ -2,6 +2,8 @@
 
 import math
 
+from tfring import checks
+
 _RULES = ("linear", "sqrt")
 
 
@@ -32,9 +34,7 @@ def scale_learning_rate(base_lr, global_batch_size, base_batch_size=256, rule="l
     """
     for what, value in (("base_lr", base_lr), ("global_batch_size", global_batch_size),
                         ("base_batch_size", base_batch_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"scale_learning_rate: {what} must be a positive number, got {value!r}")
-    if rule not in _RULES:
-        raise ValueError(f"scale_learning_rate: rule must be 'linear' or 'sqrt', got {rule!r}")
+        checks.number("scale_learning_rate", what, value, above=0, expected="a positive number")
+    checks.choice("scale_learning_rate", "rule", rule, _RULES)
     ratio = global_batch_size / base_batch_size
     return float(base_lr * (ratio if rule == "linear" else math.sqrt(ratio)))

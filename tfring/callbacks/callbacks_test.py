@@ -97,6 +97,50 @@ def test_momentum_correction_scales_the_velocity():
         np.testing.assert_array_equal(m.numpy(), b)
 
 
+class HookedSGD(keras.optimizers.SGD):
+    """Any optimizer with a `rescale_momentum(factor)` hook (duck-typed, as LARS)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.factors = []
+
+    def rescale_momentum(self, factor):
+        self.factors.append(factor)
+
+
+def test_momentum_correction_calls_the_optimizers_hook():
+    opt = HookedSGD(1.0, momentum=0.9)
+    cb = callbacks.LearningRateWarmup(warmup_epochs=1, start_lr=0.5)
+    _, _, model = _fit(opt, [cb], epochs=1)
+    opt.factors.clear()
+    old = float(opt.learning_rate.numpy())
+    cb.set_learning_rate(0.25)
+    cb.set_learning_rate(0.25)  # no change: no correction
+    assert opt.factors == [0.25 / old]
+    off = callbacks.LearningRateWarmup(warmup_epochs=1, momentum_correction=False)
+    off.set_model(model)
+    off.set_learning_rate(0.1)
+    assert len(opt.factors) == 1
+
+
+def test_momentum_correction_rescales_lars_velocities():
+    opt = tfring.optimizers.LARS(1.0, momentum=0.9)
+    cb = callbacks.LearningRateWarmup(warmup_epochs=1, start_lr=0.5)
+    _fit(opt, [cb], epochs=1)
+    old = float(opt.learning_rate.numpy())
+    before = [v.numpy().copy() for v in opt._velocities]
+    assert any(np.any(b != 0) for b in before)
+    cb.set_learning_rate(old * 0.5)
+    for b, v in zip(before, opt._velocities):
+        np.testing.assert_allclose(v.numpy(), b * 0.5, rtol=1e-6)
+
+
+def test_callbacks_count_in_epochs():
+    cb = callbacks.PolynomialDecay(end_epoch=3)
+    cb._steps = 4
+    assert [cb.epochs_done(e, b) for e, b in ((0, 0), (0, 1), (2, 3))] == [0.0, 0.25, 2.75]
+
+
 def test_polynomial_decay_callback():
     rates, _, _ = _fit(keras.optimizers.SGD(1.0), [callbacks.PolynomialDecay(end_epoch=3, start_epoch=1, power=2.0,
                                                                              end_lr=0.1)], epochs=4)

@@ -1,5 +1,9 @@
-"""The base of tfring's learning-rate callbacks: reading and setting the optimizer's rate (with
-momentum correction), the steps per epoch, and the rate in the epoch logs."""
+"""The base of tfring's learning-rate callbacks: where training is (in epochs), reading and setting
+the optimizer's rate (with momentum correction), and the rate in the epoch logs.
+
+The callbacks only drive: each evaluates its schedule's formula (`tfring.schedules`) at the
+current epoch and batch, in Python, the same on every rank.
+"""
 
 import keras
 
@@ -9,24 +13,29 @@ def _inner(optimizer):
     return getattr(optimizer, "inner_optimizer", optimizer)
 
 
-def momentum_buffers(optimizer):
-    """The velocity variables whose scale follows the learning rate (v = m·v + lr·g forms).
+def rescale_momentum(optimizer, factor):
+    """Scales the momentum buffers that carry the learning rate (v = m·v + lr·g forms) by `factor`.
+
+    An optimizer that knows its buffers says so with a `rescale_momentum(factor)` method
+    (`tfring.optimizers.LARS` has one); Keras' SGD is handled here; other optimizers (e.g. Adam,
+    whose moments do not carry the learning rate) are left alone.
 
     Args:
         optimizer: a Keras optimizer (LossScaleOptimizer: its inner optimizer is used).
+        factor: the multiplier, new rate / old rate.
 
-    Returns:
-        A list of variables: LARS's velocities, Keras SGD's momentums, else [] (e.g. Adam, whose
-        moments do not carry the learning rate).
+    Example:
+
+    >>> rescale_momentum(model.optimizer, 0.5)
     """
-    from tfring.optimizers.lars import LARS
-
     optimizer = _inner(optimizer)
-    if isinstance(optimizer, LARS) and optimizer.built and optimizer.momentum:
-        return [v for v in optimizer._velocities if v is not None]
-    if isinstance(optimizer, keras.optimizers.SGD) and optimizer.built and optimizer.momentum:
-        return [v for v in optimizer.momentums if v is not None]
-    return []
+    hook = getattr(optimizer, "rescale_momentum", None)
+    if callable(hook):
+        hook(factor)
+    elif isinstance(optimizer, keras.optimizers.SGD) and optimizer.built and optimizer.momentum:
+        for momentum in optimizer.momentums:
+            if momentum is not None:
+                momentum.assign(momentum * factor)
 
 
 class LearningRateCallback(keras.callbacks.Callback):
@@ -78,8 +87,7 @@ class LearningRateCallback(keras.callbacks.Callback):
             return
         optimizer.learning_rate = value
         if self.momentum_correction and old > 0:
-            for velocity in momentum_buffers(optimizer):
-                velocity.assign(velocity * (value / old))
+            rescale_momentum(optimizer, value / old)
 
     def steps_per_epoch(self, given):
         """`given`, else the steps per epoch Keras knows for this fit.
@@ -99,6 +107,18 @@ class LearningRateCallback(keras.callbacks.Callback):
                              f"has no known length); pass steps_per_epoch=")
         return int(steps)
 
+    def epochs_done(self, epoch, batch):
+        """Where training is at `batch` of `epoch`, in (fractional) epochs: the callbacks' unit.
+
+        Args:
+            epoch: the epoch index.
+            batch: the batch index within the epoch.
+
+        Returns:
+            A float: epoch + batch / steps per epoch (the steps found at train begin).
+        """
+        return epoch + batch / self._steps
+
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
@@ -109,25 +129,3 @@ class LearningRateCallback(keras.callbacks.Callback):
     def _say(self, message):
         if self.verbose:
             print(f"{type(self).__name__}: {message}", flush=True)
-
-
-def check_epochs(where, what, value, allow_zero=True):
-    """Validates a count of epochs.
-
-    Args:
-        where: the caller's name, for the message.
-        what: the argument's name.
-        value: the value.
-        allow_zero: whether 0 is allowed.
-
-    Returns:
-        The value as a float.
-
-    Raises:
-        ValueError: not a number, negative, or zero when not allowed.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{where}: {what} must be a number of epochs, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{where}: {what} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-    return float(value)

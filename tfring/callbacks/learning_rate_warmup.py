@@ -2,9 +2,10 @@
 
 import warnings
 
+from tfring import checks
 from tfring import runtime
 from tfring.callbacks.learning_rate_callback import LearningRateCallback
-from tfring.callbacks.learning_rate_callback import check_epochs
+from tfring.schedules import warm_up
 
 
 class LearningRateWarmup(LearningRateCallback):
@@ -40,18 +41,17 @@ class LearningRateWarmup(LearningRateCallback):
     def __init__(self, initial_lr=None, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
                  verbose=0, *, start_lr=None, mode="gradual"):
         super().__init__(momentum_correction=momentum_correction, verbose=verbose)
-        self.warmup_epochs = check_epochs("LearningRateWarmup", "warmup_epochs", warmup_epochs)
+        self.warmup_epochs = checks.number("LearningRateWarmup", "warmup_epochs", warmup_epochs, at_least=0,
+                                           unit="epochs")
         for what, value in (("initial_lr", initial_lr), ("start_lr", start_lr)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise ValueError(f"LearningRateWarmup: {what} must be a number >= 0, got {value!r}")
-        if mode not in ("gradual", "constant"):
-            raise ValueError(f"LearningRateWarmup: mode must be 'gradual' or 'constant', got {mode!r}")
-        if steps_per_epoch is not None and (isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int)
-                                            or steps_per_epoch <= 0):
-            raise ValueError(f"LearningRateWarmup: steps_per_epoch must be a positive int, got {steps_per_epoch!r}")
+            if value is not None:
+                checks.number("LearningRateWarmup", what, value, at_least=0, expected="a number >= 0")
+        self.mode = checks.choice("LearningRateWarmup", "mode", mode, warm_up.MODES)
+        if steps_per_epoch is not None:
+            checks.number("LearningRateWarmup", "steps_per_epoch", steps_per_epoch, integer=True, above=0,
+                          expected="a positive int")
         self.initial_lr = initial_lr
         self.start_lr = start_lr
-        self.mode = mode
         self.given_steps_per_epoch = steps_per_epoch
         self._done = False
         self._warned = False
@@ -83,12 +83,10 @@ class LearningRateWarmup(LearningRateCallback):
         Returns:
             A float, or None.
         """
-        progress = epoch + batch / self._steps
+        progress = self.epochs_done(epoch, batch)
         if progress >= self.warmup_epochs:
             return None
-        if self.mode == "constant":
-            return self._initial
-        return self._initial + (self._target - self._initial) * progress / self.warmup_epochs
+        return warm_up.warm_up_rate(progress, self.warmup_epochs, self._initial, self._target, self.mode)
 
     def on_train_batch_begin(self, batch, logs=None):
         rate = self.learning_rate_at(self._epoch, batch)

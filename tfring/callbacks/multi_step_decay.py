@@ -1,6 +1,8 @@
 """Step decay at chosen epochs (×factor at each milestone), as in the ResNet-50 recipe."""
 
+from tfring import checks
 from tfring.callbacks.learning_rate_callback import LearningRateCallback
+from tfring.schedules import multi_step_decay
 
 
 class MultiStepDecay(LearningRateCallback):
@@ -28,16 +30,11 @@ class MultiStepDecay(LearningRateCallback):
     """
 
     def __init__(self, milestones=(30, 60, 80), factor=0.1, initial_lr=None, momentum_correction=True, verbose=0):
-        from tfring.schedules import check_milestones
-
         super().__init__(momentum_correction=momentum_correction, verbose=verbose)
-        self.milestones = check_milestones("MultiStepDecay", milestones)
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
-            raise ValueError(f"MultiStepDecay: factor must be a number > 0, got {factor!r}")
-        if initial_lr is not None and (isinstance(initial_lr, bool) or not isinstance(initial_lr, (int, float))
-                                       or initial_lr < 0):
-            raise ValueError(f"MultiStepDecay: initial_lr must be a number >= 0, got {initial_lr!r}")
-        self.factor = float(factor)
+        self.milestones = multi_step_decay.check_milestones("MultiStepDecay", milestones)
+        self.factor = checks.number("MultiStepDecay", "factor", factor, above=0, expected="a number > 0")
+        if initial_lr is not None:
+            checks.number("MultiStepDecay", "initial_lr", initial_lr, at_least=0, expected="a number >= 0")
         self.initial_lr = initial_lr
 
     def on_train_begin(self, logs=None):
@@ -53,7 +50,7 @@ class MultiStepDecay(LearningRateCallback):
         Returns:
             A float.
         """
-        return self._base * self.factor ** sum(1 for m in self.milestones if epoch >= m)
+        return multi_step_decay.multi_step_rate(epoch, self._base, self.milestones, self.factor)
 
     def on_epoch_begin(self, epoch, logs=None):
         super().on_epoch_begin(epoch, logs)

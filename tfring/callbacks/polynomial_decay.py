@@ -1,7 +1,8 @@
 """Polynomial decay per batch, from a start epoch to an end epoch (the TPU LARS recipe)."""
 
+from tfring import checks
 from tfring.callbacks.learning_rate_callback import LearningRateCallback
-from tfring.callbacks.learning_rate_callback import check_epochs
+from tfring.schedules import polynomial_decay
 
 
 class PolynomialDecay(LearningRateCallback):
@@ -28,16 +29,14 @@ class PolynomialDecay(LearningRateCallback):
     def __init__(self, end_epoch, power=2.0, end_lr=0.0, start_epoch=0, initial_lr=None, steps_per_epoch=None,
                  momentum_correction=True, verbose=0):
         super().__init__(momentum_correction=momentum_correction, verbose=verbose)
-        self.start_epoch = check_epochs("PolynomialDecay", "start_epoch", start_epoch)
-        self.end_epoch = check_epochs("PolynomialDecay", "end_epoch", end_epoch, allow_zero=False)
+        self.start_epoch = checks.number("PolynomialDecay", "start_epoch", start_epoch, at_least=0, unit="epochs")
+        self.end_epoch = checks.number("PolynomialDecay", "end_epoch", end_epoch, above=0, unit="epochs")
         if self.end_epoch <= self.start_epoch:
             raise ValueError(f"PolynomialDecay: end_epoch ({end_epoch}) must be after start_epoch ({start_epoch})")
-        if isinstance(power, bool) or not isinstance(power, (int, float)) or power <= 0:
-            raise ValueError(f"PolynomialDecay: power must be a number > 0, got {power!r}")
+        self.power = checks.number("PolynomialDecay", "power", power, above=0, expected="a number > 0")
         for what, value in (("end_lr", end_lr), ("initial_lr", initial_lr)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise ValueError(f"PolynomialDecay: {what} must be a number >= 0, got {value!r}")
-        self.power = float(power)
+            if value is not None:
+                checks.number("PolynomialDecay", what, value, at_least=0, expected="a number >= 0")
         self.end_lr = float(end_lr)
         self.initial_lr = initial_lr
         self.given_steps_per_epoch = steps_per_epoch
@@ -56,11 +55,11 @@ class PolynomialDecay(LearningRateCallback):
         Returns:
             A float, or None.
         """
-        progress = epoch + batch / self._steps
+        progress = self.epochs_done(epoch, batch)
         if progress < self.start_epoch:
             return None
-        t = min(1.0, (progress - self.start_epoch) / (self.end_epoch - self.start_epoch))
-        return (self._base - self.end_lr) * (1.0 - t) ** self.power + self.end_lr
+        return polynomial_decay.polynomial_decay_rate(progress - self.start_epoch, self.end_epoch - self.start_epoch,
+                                                      self._base, self.end_lr, self.power)
 
     def on_train_batch_begin(self, batch, logs=None):
         rate = self.learning_rate_at(self._epoch, batch)

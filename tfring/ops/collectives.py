@@ -4,16 +4,16 @@ Each call is ONE op node, also for a list of tensors, so a whole gradient list i
 single fused collective. The kernels are asynchronous: they hand the tensors to tfring's engine
 and never block a TensorFlow inter-op thread.
 
-Inside a `tf.function`, TensorFlow does not order stateful ops that share no resource, so these
-wrappers chain every collective of a graph to the previous one with a control dependency: every
-rank then submits its collectives in program order, which is what keeps ranks in step.
+Every rank must submit its collectives in the same order: each op is built with
+`ordering.ordered`, which chains it to the graph's previous collective (see `ordering`).
 """
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
 
+from tfring import checks
 from tfring import runtime as _runtime
 from tfring.native import library as _library
+from tfring.ops import ordering
 
 REDUCE_OPS = ("sum", "mean", "min", "max", "product")
 _REDUCE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
@@ -41,44 +41,6 @@ def _as_list(what, tensors, allowed):
     return single, items
 
 
-def _chained(make):
-    """Runs make() after the previous collective of the current graph (graph mode only)."""
-    if tf.executing_eagerly():
-        return make()
-    graph = tf.compat.v1.get_default_graph()
-    if control_flow_util.GraphOrParentsInXlaContext(graph):
-        raise ValueError(
-            "tfring collectives cannot run inside XLA-compiled code (jit_compile=True): they have no XLA "
-            "kernel. Compile the Keras model with jit_compile=False (or leave it at 'auto', which is "
-            "False under a distribution strategy).")
-    previous = getattr(graph, "_tfring_last_collective", None)
-    if previous is not None:
-        with tf.control_dependencies([previous]):
-            result = make()
-    else:
-        result = make()
-    ops = result if isinstance(result, (list, tuple)) else [result]
-    graph._tfring_last_collective = ops[0].op if ops and hasattr(ops[0], "op") else result
-    return result
-
-
-def ordered(make):
-    """Builds `make()` (ops that run collectives, e.g. a `tf.cond` with one in each branch) in
-    program order with this graph's other collectives, as every collective of this module is.
-
-    Args:
-        make: a function returning a tensor or a list/tuple of tensors.
-
-    Returns:
-        What `make()` returns.
-
-    Example:
-
-    >>> values, rows = ordered(lambda: tf.cond(dense, reduce_dense, gather_rows))
-    """
-    return _chained(make)
-
-
 def allreduce(tensors, op="sum", name=None):
     """Reduces tensors elementwise across all ranks.
 
@@ -102,8 +64,7 @@ def allreduce(tensors, op="sum", name=None):
     >>> tfring.ops.allreduce(tf.constant([1.0, 2.0]), op="mean")
     <tf.Tensor: shape=(2,), dtype=float32, numpy=array([1., 2.], dtype=float32)>
     """
-    if op not in REDUCE_OPS:
-        raise ValueError(f"tfring.allreduce: op must be one of {REDUCE_OPS}, got {op!r}")
+    checks.choice("tfring.allreduce", "op", op, REDUCE_OPS)
     single, items = _as_list("allreduce", tensors, _REDUCE_DTYPES)
     if not items:
         return []
@@ -116,7 +77,7 @@ def allreduce(tensors, op="sum", name=None):
                 out[i] = r
         return out
     lib = _ops()
-    result = _chained(lambda: lib.tfring_allreduce(items, reduce_op=op, name=name))
+    result = ordering.ordered(lambda: lib.tfring_allreduce(items, reduce_op=op, name=name))
     return result[0] if single else list(result)
 
 
@@ -136,15 +97,14 @@ def broadcast(tensors, root_rank=0, name=None):
     >>> tfring.ops.broadcast(tf.constant(3), root_rank=0)
     <tf.Tensor: shape=(), dtype=int32, numpy=3>
     """
-    if not isinstance(root_rank, int) or root_rank < 0:
-        raise ValueError(f"tfring.broadcast: root_rank must be a rank >= 0, got {root_rank!r}")
+    root_rank = checks.number("tfring.broadcast", "root_rank", root_rank, integer=True, at_least=0)
     single, items = _as_list("broadcast", tensors, _COPY_DTYPES)
     if not items:
         return []
     if len({t.dtype for t in items}) > 1:
         return [broadcast(t, root_rank, name) for t in items]
     lib = _ops()
-    result = _chained(lambda: lib.tfring_broadcast(items, root_rank=root_rank, name=name))
+    result = ordering.ordered(lambda: lib.tfring_broadcast(items, root_rank=root_rank, name=name))
     return result[0] if single else list(result)
 
 
@@ -171,7 +131,7 @@ def allgather(tensor, name=None):
         raise ValueError("tfring.allgather needs a tensor of rank >= 1 (it concatenates along the first "
                          "dimension), got a scalar")
     lib = _ops()
-    return _chained(lambda: lib.tfring_allgather(tensor, name=name))
+    return ordering.ordered(lambda: lib.tfring_allgather(tensor, name=name))
 
 
 def barrier(name=None, label=""):
@@ -190,7 +150,7 @@ def barrier(name=None, label=""):
     >>> tfring.ops.barrier(label="end of epoch")
     """
     lib = _ops()
-    return _chained(lambda: lib.tfring_barrier(label=label, name=name))
+    return ordering.ordered(lambda: lib.tfring_barrier(label=label, name=name))
 
 
 def broadcast_variables(variables, root_rank=0):

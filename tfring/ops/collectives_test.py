@@ -74,6 +74,14 @@ def test_bad_arguments():
         tfring.ops.broadcast(tf.constant(1.0), root_rank=3)
 
 
+def test_broadcast_object_root_rank_must_be_a_rank():
+    assert tfring.broadcast_object({"a": 1}, root_rank=0) == {"a": 1}
+    for bad, needle in ((1, "root_rank must be < 1"), (-1, "root_rank must be >= 0"),
+                        (0.0, "root_rank must be a whole number")):
+        with pytest.raises(ValueError, match=needle):
+            tfring.broadcast_object("x", root_rank=bad)
+
+
 def test_large_tensor_roundtrip_is_exact():
     x = tf.constant(np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32))
     np.testing.assert_array_equal(tfring.ops.allreduce(x).numpy(), x.numpy())

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from tfring import checks
 from tfring.ops import collectives
 
 DEFAULT_MAX_BYTES = 16 << 20
@@ -66,8 +67,8 @@ def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES):
     """
     from tfring import runtime
 
-    if not 0 <= root_rank < runtime.size():
-        raise ValueError(f"broadcast_object: root_rank must be in [0, {runtime.size()}), got {root_rank!r}")
+    root_rank = checks.number("broadcast_object", "root_rank", root_rank, integer=True, at_least=0,
+                              below=runtime.size())
     data = _encode(obj, "broadcast_object", max_bytes) if runtime.rank() == root_rank else b""
     return _decode(_gather_bytes(data)[root_rank], root_rank)
 

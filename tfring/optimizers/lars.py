@@ -21,6 +21,8 @@ import re
 import keras
 import tensorflow as tf
 
+from tfring import checks
+
 # Biases and normalization parameters (matched against `variable.path`, e.g. "dense/bias",
 # "batch_normalization/gamma").
 DEFAULT_EXCLUDE = (r"\bbias\b", r"\bgamma\b", r"\bbeta\b")
@@ -88,21 +90,16 @@ class LARS(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=0.1, momentum=0.9, nesterov=False, weight_decay=1e-4,
                  trust_coefficient=0.001, epsilon=0.0, exclude_from_layer_adaptation=None,
                  exclude_from_weight_decay=None, fused=None, name="lars", **kwargs):
-        for what, value, low, strict in (("momentum", momentum, 0.0, False),
-                                          ("weight_decay", weight_decay, 0.0, False),
-                                          ("trust_coefficient", trust_coefficient, 0.0, True),
-                                          ("epsilon", epsilon, 0.0, False)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ValueError(f"LARS: {what} must be a number, got {value!r}")
-            if value < low or (strict and value == low):
-                raise ValueError(f"LARS: {what} must be {'>' if strict else '>='} {low}, got {value}")
-        if fused not in (None, True, False):
-            raise ValueError(f"LARS: fused must be None, True or False, got {fused!r}")
-        super().__init__(learning_rate=learning_rate, weight_decay=float(weight_decay), name=name, **kwargs)
-        self.momentum = float(momentum)
+        momentum = checks.number("LARS", "momentum", momentum, at_least=0)
+        weight_decay = checks.number("LARS", "weight_decay", weight_decay, at_least=0)
+        trust_coefficient = checks.number("LARS", "trust_coefficient", trust_coefficient, above=0)
+        epsilon = checks.number("LARS", "epsilon", epsilon, at_least=0)
+        checks.choice("LARS", "fused", fused, (None, True, False))
+        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, name=name, **kwargs)
+        self.momentum = momentum
         self.nesterov = bool(nesterov)
-        self.trust_coefficient = float(trust_coefficient)
-        self.epsilon = float(epsilon)
+        self.trust_coefficient = trust_coefficient
+        self.epsilon = epsilon
         self.fused = fused
         self._decay_patterns = _patterns("exclude_from_weight_decay", exclude_from_weight_decay)
         self._adapt_patterns = _patterns("exclude_from_layer_adaptation", exclude_from_layer_adaptation)
@@ -187,6 +184,37 @@ class LARS(keras.optimizers.Optimizer):
         velocity.assign(new_velocity)
         delta = self.momentum * new_velocity + step if self.nesterov else new_velocity
         variable.assign_sub(tf.cast(delta, variable.dtype))
+
+    def rescale_momentum(self, factor):
+        """Multiplies every velocity by `factor`: momentum correction when the rate changes.
+
+        The velocity accumulates lr · ratio · g, so it carries the learning rate it was built
+        with. When the rate changes from a to b, scaling the velocity by b / a (Goyal et al. 2017)
+        keeps a jump in rate from acting on velocity built at the old rate.
+        `tfring.callbacks.LearningRateWarmup` (and the other callbacks) call it when they change
+        the rate with `momentum_correction=True`. Nothing to do before the optimizer is built or
+        without momentum.
+
+        Args:
+            factor: the multiplier, new rate / old rate (a float).
+
+        Example:
+
+        >>> optimizer = tfring.optimizers.LARS(0.1)
+        >>> model.compile(optimizer=optimizer, loss="mse")
+        >>> model.fit(x, y, epochs=1)
+        >>> optimizer.learning_rate = 0.05
+        >>> optimizer.rescale_momentum(0.05 / 0.1)
+
+        References:
+            Goyal et al. 2017, "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour",
+            section 2.1 (momentum correction).
+        """
+        if not self.built or not self.momentum:
+            return
+        for velocity in self._velocities:
+            if velocity is not None:
+                velocity.assign(velocity * factor)
 
     def get_config(self):
         """The optimizer's configuration (`from_config` rebuilds it).

@@ -159,6 +159,31 @@ def test_fused_and_composed_agree_closely():
         np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-6, atol=1e-7)
 
 
+def test_rescale_momentum_scales_every_velocity():
+    _, opt, _ = _run(False, steps=2)
+    before = [v.numpy().copy() for v in opt._velocities]
+    assert all(np.any(b != 0) for b in before)
+    opt.rescale_momentum(0.25)
+    for b, v in zip(before, opt._velocities):
+        np.testing.assert_allclose(v.numpy(), b * 0.25, rtol=1e-7)
+    # float16 variables keep float32 velocities: scaled all the same.
+    _, half, _ = _run(False, steps=1, dtype="float16")
+    before = [v.numpy().copy() for v in half._velocities]
+    half.rescale_momentum(2.0)
+    for b, v in zip(before, half._velocities):
+        assert v.dtype == "float32"
+        np.testing.assert_array_equal(v.numpy(), b * 2.0)
+
+
+def test_rescale_momentum_without_momentum_or_before_build_does_nothing():
+    LARS(0.1).rescale_momentum(0.5)  # not built: no velocities yet
+    _, opt, _ = _run(False, steps=1, momentum=0.0)
+    before = [v.numpy().copy() for v in opt._velocities]
+    opt.rescale_momentum(0.5)
+    for b, v in zip(before, opt._velocities):
+        np.testing.assert_array_equal(v.numpy(), b)
+
+
 def test_zero_norm_variable_moves():
     w = tf.Variable(tf.zeros([4]))
     v = tf.Variable(tf.zeros([4]))

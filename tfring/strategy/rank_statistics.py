@@ -21,6 +21,7 @@ from tensorflow.python.distribute import values as values_lib
 from tensorflow.python.ops import variables as variables_lib
 
 from tfring.ops import collectives
+from tfring.ops import ordering
 
 
 @contextlib.contextmanager
@@ -69,7 +70,7 @@ def mean_over_ranks(rows, value, by_delta):
 
     if by_delta:
         return collectives.allreduce(rows.zero_if_empty([value])[0], op="mean")
-    return collectives.ordered(lambda: tf.cond(
+    return ordering.ordered(lambda: tf.cond(
         rows.even,
         lambda: collectives.allreduce(value, op="mean"),
         lambda: collectives.allreduce(rows.weighted(value), op="sum")))

@@ -24,8 +24,10 @@ from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.distribute import values as values_lib
 
+from tfring import checks
 from tfring import runtime
 from tfring.ops import collectives
+from tfring.ops import ordering
 from tfring.strategy import checkpointing
 from tfring.strategy import input_sharding
 from tfring.strategy import on_batch
@@ -151,8 +153,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         # The distributed iterator wraps this process's batch in one-component PerReplica values.
         args = distribute_utils.select_replica(0, args)
         kwargs = distribute_utils.select_replica(0, kwargs)
-        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
-        first_new_op = len(graph.get_operations()) if graph is not None else 0
+        since = ordering.mark()
         with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
             outer = self.step_rows
             if self._size > 1:
@@ -164,14 +165,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
                 self.step_rows = outer
         if self._size == 1:
             return outputs
-        if graph is None:
-            return tf.nest.map_structure(self._gather_output, outputs)
-        # Collectives inside nested control flow (a tf.cond branch, e.g. LossScaleOptimizer's
-        # "apply if finite") are invisible to the op wrappers' chaining in this graph: gather the
-        # outputs only after every stateful op the step created, so all ranks keep one order.
-        stateful = [op for op in graph.get_operations()[first_new_op:] if op._is_stateful]
-        with tf.control_dependencies(stateful):
-            return tf.nest.map_structure(self._gather_output, outputs)
+        # After everything the step ran, collectives in nested graphs included (ordering).
+        return ordering.after_ops_since(since, lambda: tf.nest.map_structure(self._gather_output, outputs))
 
     def _gather_output(self, value):
         """An output of this rank -> a PerReplica of every rank's value, in rank order."""
@@ -328,8 +323,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
     def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None,
                  sparse_as_dense=False):
         wire = {None: None, "none": None, "fp16": tf.float16, "bf16": tf.bfloat16}
-        if compression not in wire:
-            raise ValueError(f"RingStrategy: compression must be None, 'fp16' or 'bf16', got {compression!r}")
+        checks.choice("RingStrategy", "compression", compression, tuple(wire))
         try:
             runtime.init(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout)
         except Exception as e:

@@ -13,6 +13,7 @@ densifies (Horovod's option of the same name).
 import tensorflow as tf
 
 from tfring.ops import collectives
+from tfring.ops import ordering
 
 
 def _gathered(slices):
@@ -59,7 +60,7 @@ def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False):
         out = []
         for k, s in enumerate(slices_list):
             dense_rows = tf.cast(s.dense_shape[0], tf.int64)
-            values, indices = collectives.ordered(lambda: tf.cond(
+            values, indices = ordering.ordered(lambda: tf.cond(
                 total[k] >= 2 * dense_rows, _densified(s, dense_rows), _gathered(s)))
             out.append(tf.IndexedSlices(values, indices, s.dense_shape))
     if mean:
