@@ -5,6 +5,7 @@ checks that `lint-imports` fails naming the contract and the import.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def _copy_with(tmp_path, module, line):
 def test_the_tree_keeps_every_contract():
     proc = _lint(os.path.abspath(ROOT))
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "Contracts: 3 kept, 0 broken." in proc.stdout
+    assert re.search(r"Contracts: \d+ kept, 0 broken\.", proc.stdout), proc.stdout[-2000:]
 
 
 @pytest.mark.parametrize("module,line,contract,named", [
