@@ -1,7 +1,7 @@
 """Test-suite rules shared by every test directory.
 
 Markers (pytest.ini lists them):
-- `multiprocess`: the test starts processes (a tfring job, mpirun, a child Python). `make check`
+- `multiprocess`: the test starts processes (a tfring job, mpirun, a child Python, a compiler). `make check`
   runs everything else, in under a minute. An unmarked test that starts a Python process, a
   `tfring` command or a launcher fails, saying to add the marker, so the fast loop stays fast.
 - `tensorflow_io`: the test needs tensorflow-io, which loads on TensorFlow 2.17 only; elsewhere
@@ -48,11 +48,14 @@ def _tensorflow_io_loads():
         return False, f"tensorflow-io does not load here: {str(e).splitlines()[0][:200]}"
 
 
-def pytest_collection_modifyitems(config, items):
-    needing_io = [item for item in items if item.get_closest_marker("tensorflow_io")]
-    if not needing_io:
+_io = []  # (loads, why), found once, when the first test that needs tensorflow-io runs
+
+
+def pytest_runtest_setup(item):
+    if not item.get_closest_marker("tensorflow_io"):
         return
-    loads, why = _tensorflow_io_loads()
+    if not _io:
+        _io.append(_tensorflow_io_loads())
+    loads, why = _io[0]
     if not loads:
-        for item in needing_io:
-            item.add_marker(pytest.mark.skip(reason=why))
+        pytest.skip(why)

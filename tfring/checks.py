@@ -5,6 +5,8 @@ Each check returns the value it accepted (normalised: a float, an int), so calle
 names the caller, the argument, what was expected and what was received.
 """
 
+import numbers
+
 
 def number(where, what, value, *, at_least=None, above=None, below=None, integer=False, unit=None,
            expected=None):
@@ -44,7 +46,7 @@ def number(where, what, value, *, at_least=None, above=None, below=None, integer
     kind = "a whole number" if integer else "a number"
     if unit:
         kind += f" of {unit}"
-    allowed = (int,) if integer else (int, float)
+    allowed = numbers.Integral if integer else numbers.Real  # NumPy scalars too
     failure = None
     if isinstance(value, bool) or not isinstance(value, allowed):
         failure = kind

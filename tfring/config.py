@@ -9,6 +9,7 @@ environment for configuration.
 """
 
 import dataclasses
+import numbers
 import os
 
 MiB = 1 << 20
@@ -47,19 +48,30 @@ def _require(ok, value):
     return value
 
 
+def _real(value):
+    # NumPy scalars count as numbers; a bool does not.
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _seconds(value):
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool), value)
+    _require(_real(value), value)
     return _require(float(value) > 0, float(value))
 
 
 def _bytes(value):
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and int(value) == value, value)
+    _require(_real(value) and int(value) == value, value)
     return _require(int(value) >= 0, int(value))
+
+
+def _bool(value):
+    # True/False, or 1/0 as the README's table and the environment variable write it.
+    _require(isinstance(value, bool) or (_real(value) and value in (0, 1)), value)
+    return bool(value)
 
 
 SECONDS = Kind(float, _seconds, "a number of seconds > 0", repr)
 BYTES = Kind(int, _bytes, "a whole number of bytes >= 0")
-FLAG = Kind(_flag, lambda v: _require(isinstance(v, bool), v), "0 or 1", lambda v: "1" if v else "0")
+FLAG = Kind(_flag, _bool, "0 or 1", lambda v: "1" if v else "0")
 TEXT = Kind(str, lambda v: _require(isinstance(v, str) and "\n" not in v, v), "text on one line")
 TRANSPORT = Kind(str, lambda v: _require(v in ("auto", "shm", "tcp"), v), "'auto', 'shm' or 'tcp'")
 

@@ -1,16 +1,19 @@
-"""The one way tfring wraps Keras functions, and the list of every function it wraps.
+"""The one way tfring wraps Keras functions.
 
 Keras 3 has no hook for what a multi-process strategy needs in a few places (rank 0 alone
 writing a save, loss scaling by the rows each rank holds, reporting on rank 0), so tfring wraps
-those functions. Each wrap is declared as a `Patch` beside the code that needs it (the module's
-`PATCHES` list) and applied by `apply()`, which:
+those functions. Each wrap is declared as a `Patch` in a `PATCHES` list beside the code that
+needs it (checkpointing, on_batch, reporting, scope_check, step_rows) and applied by `apply()`,
+which:
 
-- wraps each function once (applying twice is a no-op, so every `RingStrategy()` may call it);
-- fails, naming the function and the Keras version, when Keras no longer has it, instead of
-  silently training without the wrap (`KerasChangedError`);
-- marks private targets (`keras.src…` or an underscore name), which a Keras upgrade is most
-  likely to move; `tfring/strategy/keras_patches_test.py` checks every target against the
-  installed Keras, so an upgrade that renames one fails there first.
+- wraps each function once (applying twice is a no-op, so every `RingStrategy()` may call it;
+  distinct wraps of one function, like fit's scope check and reporting, stack);
+- fails, naming the function and the Keras version, when Keras lacks it, instead of silently
+  training without the wrap (`KerasChangedError`).
+
+Several targets are Keras internals (`keras.src…`, underscore names), the likeliest to move in a
+Keras upgrade: `keras_patches_test.py` gathers every module's `PATCHES` and checks each target
+against the installed Keras, so an upgrade that renames one fails there, naming it.
 """
 
 import dataclasses
@@ -56,17 +59,22 @@ class Patch:
         """Names this wrap, so that it is applied once even where several wraps stack (fit)."""
         return f"{self.wrap.__module__}.{self.wrap.__qualname__}@{self.target}"
 
-    @property
-    def private(self):
-        """True for Keras internals (likelier to change in an upgrade than public API)."""
-        return ".src." in f".{self.owner}." or self.name.startswith("_")
-
 
 def resolve(patch):
-    """Returns `(owner object, current function)` for `patch` in the installed Keras.
+    """Finds `patch`'s target in the installed Keras.
+
+    Args:
+        patch: a `Patch`.
+
+    Returns:
+        `(owner, function)`: the module or class holding the target, and its current value.
 
     Raises:
-        KerasChangedError: the module, class or function no longer exists.
+        KerasChangedError: the module, class or function does not exist in this Keras.
+
+    Example:
+
+    >>> owner, save = resolve(Patch("keras.Model", "save", _rank0_writes, "rank 0 writes"))
     """
     path = patch.owner.split(".")
     try:
@@ -80,8 +88,7 @@ def resolve(patch):
 
         raise KerasChangedError(
             f"tfring wraps {patch.target} ({patch.why}), which Keras {keras.__version__} does not have: "
-            f"this Keras is newer than tfring supports; pin the Keras version tfring was tested with "
-            f"(see requirements/) or upgrade tfring") from None
+            f"use a Keras version tfring was tested with (requirements/ names them)") from None
 
 
 def apply(patches):
@@ -110,6 +117,12 @@ def apply(patches):
 
 def is_patched(function):
     """True when `function` is one of tfring's wraps.
+
+    Args:
+        function: any callable.
+
+    Returns:
+        bool.
 
     Example:
 

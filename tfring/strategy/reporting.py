@@ -20,7 +20,6 @@ from tfring.strategy import keras_patches
 from tfring.strategy.ring_model import ring_strategy_of
 
 
-
 def reporting_callbacks():
     """The Keras callback classes that only report, and so run on rank 0 only.
 

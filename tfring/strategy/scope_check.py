@@ -14,6 +14,7 @@ from tfring import runtime
 from tfring.strategy import checkpointing
 from tfring.strategy import keras_patches
 
+
 def _check(model):
     if not runtime.is_initialized() or runtime.size() < 2:
         return

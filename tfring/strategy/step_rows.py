@@ -21,7 +21,6 @@ from tfring.ops import collectives
 from tfring.strategy import keras_patches
 
 
-
 class StepRows:
     """Row counts of one step: this rank's, every rank's, and the shares derived from them.
 

@@ -39,9 +39,14 @@ class Source:
             values: what `example(i)` returned.
 
         Returns:
-            A tuple of ints, or None for a source without encoded images.
+            A tuple of ints, or None for a source without encoded images. Any source with an
+            image-encoded feature whose examples carry `height`, `width` and `channels` (as
+            ImageFolder's do, or a user's own Source) reports them.
         """
-        return None
+        has_image = any(getattr(f, "encoding", None) == "image" for f in self.features)
+        if not has_image or not all(k in values for k in ("height", "width", "channels")):
+            return None
+        return (int(values["height"]), int(values["width"]), int(values["channels"]))
 
 
 def require(module, package, what):

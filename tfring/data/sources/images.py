@@ -61,6 +61,3 @@ class ImageFolder(Source):
         except (OSError, ValueError, SyntaxError) as e:
             raise BadItem(path, f"unreadable image ({e})") from None
         return {"image": data, "height": height, "width": width, "channels": channels, "label": label}
-
-    def image_shape(self, values):
-        return (int(values["height"]), int(values["width"]), int(values["channels"]))
