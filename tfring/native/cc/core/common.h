@@ -1,4 +1,5 @@
-// Types shared by every part of the core: errors, deadlines, data types and reduce ops.
+// Types shared by every part of the core: errors and deadlines (status.h carries an error as a
+// value, data_type.h names element types and reduce ops).
 // Nothing here knows about TensorFlow; the kernels translate these into TF types.
 #pragma once
 
@@ -56,12 +57,5 @@ class Deadline {
  private:
   Clock::time_point t_;
 };
-
-enum class DataType : int32_t { kFloat16 = 0, kBFloat16, kFloat32, kFloat64, kInt32, kInt64, kUint8 };
-enum class ReduceOp : int32_t { kSum = 0, kMean, kMin, kMax, kProduct };
-
-size_t dataTypeSize(DataType t);
-const char* dataTypeName(DataType t);
-const char* reduceOpName(ReduceOp op);
 
 }  // namespace tfring

@@ -1,6 +1,6 @@
 #include "runtime.h"
 
-#include "bootstrap.h"
+#include "rendezvous/bootstrap.h"
 
 namespace tfring {
 namespace {

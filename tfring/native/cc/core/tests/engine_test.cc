@@ -1,7 +1,7 @@
 // The engine: fusion, validation across ranks, staged (device) tensors, and the failure paths
 // (dead or stalled peer).
-#include "../engine.h"
-#include "ring_helpers.h"
+#include "engine/engine.h"
+#include "tests/ring_helpers.h"
 
 using namespace tfring;
 using namespace tfring_test;

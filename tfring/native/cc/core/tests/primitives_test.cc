@@ -2,9 +2,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "../hmac.h"
-#include "../reduce.h"
-#include "test_framework.h"
+#include "algorithms/reduce.h"
+#include "rendezvous/hmac.h"
+#include "tests/test_framework.h"
 
 using namespace tfring;
 

@@ -11,11 +11,11 @@
 #include <future>
 #include <memory>
 
-#include "../bootstrap.h"
-#include "../engine.h"
-#include "../reduce.h"
-#include "../store.h"
-#include "test_framework.h"
+#include "algorithms/reduce.h"
+#include "engine/engine.h"
+#include "rendezvous/bootstrap.h"
+#include "rendezvous/store.h"
+#include "tests/test_framework.h"
 
 namespace tfring_test {
 

@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
-#include "../store.h"
-#include "../tcp_store.h"
-#include "test_framework.h"
+#include "rendezvous/store.h"
+#include "rendezvous/tcp_store.h"
+#include "tests/test_framework.h"
 
 using namespace tfring;
 

@@ -10,9 +10,9 @@
 
 #include <numeric>
 
-#include "../../core/engine.h"
-#include "../../core/tests/ring_helpers.h"
 #include "../pinned_staging.h"
+#include "engine/engine.h"
+#include "tests/ring_helpers.h"
 
 using namespace tfring;
 using namespace tfring_test;
