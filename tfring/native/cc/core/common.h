@@ -36,6 +36,10 @@ class PeerError : public Error {
 
 using Clock = std::chrono::steady_clock;
 
+// How often a long wait (for the rendezvous store, for ranks to join) says on stderr what it is
+// waiting for. Not a deadline: the waits end at theirs.
+constexpr double kReportEverySeconds = 10.0;
+
 // An absolute point in time after which a blocking call gives up. Every blocking call in the
 // core takes one, so nothing can wait forever.
 class Deadline {

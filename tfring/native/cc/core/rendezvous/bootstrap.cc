@@ -3,14 +3,13 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <functional>
 #include <sstream>
 #include <vector>
 
+#include "rendezvous/rank_gather.h"
+#include "transport/link_choice.h"
 #include "transport/ring_links.h"
+#include "transport/ring_transport.h"
 #include "transport/shm_transport.h"
 #include "transport/socket.h"
 #include "transport/tcp_transport.h"
@@ -18,74 +17,13 @@
 namespace tfring {
 namespace {
 
-struct Endpoint {
-  std::string host;
-  int port = 0;
-  std::string machine;  // hostname + boot id
-  int pid = 0;
-};
-
-Endpoint parseEndpoint(const std::string& s) {
-  std::istringstream in(s);
-  Endpoint e;
-  in >> e.host >> e.port >> e.machine >> e.pid;
-  return e;
-}
-
-constexpr double kReportEverySeconds = 10.0;
 // Bumped whenever the bytes on the wire change meaning: ranks of different builds refuse to mix.
 constexpr int kProtocolVersion = 2;
 
-std::string rankList(const std::vector<int>& ranks) {
-  std::string who = ranks.size() > 1 ? "ranks " : "rank ";
-  for (size_t i = 0; i < ranks.size(); ++i) who += (i ? ", " : "") + std::to_string(ranks[i]);
-  return who;
-}
-
-std::string joinWaitError(const std::string& what, const std::vector<int>& ranks, const Config& c, int seconds) {
-  const bool many = ranks.size() > 1;
-  std::string where = c.storePort ? " or cannot reach the store at " + c.storeHost + ":" + std::to_string(c.storePort) : "";
-  return "rendezvous: no word from " + rankList(ranks) + " within " + std::to_string(seconds) + " s, waiting for " +
-         (many ? "them" : "it") + " to " + what + " (" + (many ? "they" : "it") + " never started, crashed" + where +
-         "; TFRING_RENDEZVOUS_TIMEOUT sets the limit)";
-}
-
-// The value every rank put under key(r). While some are missing, prints every 10 s which ones:
-// under mpirun or srun nothing else would tell why the job does not start.
-std::vector<std::string> gatherFromRanks(Store& store, const Config& c, const std::string& what,
-                                         const std::function<std::string(int)>& key, Deadline deadline) {
-  std::vector<std::string> values(c.size);
-  std::vector<int> missing;
-  for (int r = 0; r < c.size; ++r) missing.push_back(r);
-  const auto start = Clock::now();
-  auto nextReport = Deadline::after(kReportEverySeconds);
-  while (!missing.empty()) {
-    const int r = missing.front();
-    const Deadline slice = nextReport.time() < deadline.time() ? nextReport : deadline;
-    try {
-      values[r] = store.get(key(r), slice);
-      missing.erase(missing.begin());
-      continue;
-    } catch (const Error& e) {
-      if (e.code() != Code::kDeadlineExceeded) throw;
-    }
-    std::vector<int> still;
-    for (int m : missing) {
-      if (!store.tryGet(key(m), &values[m])) still.push_back(m);
-    }
-    missing.swap(still);
-    if (missing.empty()) break;
-    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    if (deadline.expired()) {
-      throw Error(Code::kDeadlineExceeded, joinWaitError(what, missing, c, static_cast<int>(std::lround(waited))));
-    }
-    std::fprintf(stderr, "tfring: rank %d is waiting for %s to %s (%ld s of %ld s)\n", c.rank,
-                 rankList(missing).c_str(), what.c_str(), std::lround(waited),
-                 std::lround(waited + deadline.remainingMs() / 1000.0));
-    nextReport = Deadline::after(kReportEverySeconds);
-  }
-  return values;
-}
+struct Neighbours {
+  int left, right;
+  explicit Neighbours(const Config& c) : left((c.rank + c.size - 1) % c.size), right((c.rank + 1) % c.size) {}
+};
 
 // The settings that decide how a collective is cut into messages: ranks must agree on every one.
 std::string wireSettings(const Config& c) {
@@ -117,85 +55,122 @@ std::string listenHost(const Config& c) {
   return c.advertiseHost.empty() ? defaultHostAddress() : c.advertiseHost;
 }
 
-}  // namespace
-
-void storeBarrier(Store& store, const std::string& name, int rank, int size, Deadline deadline) {
-  store.set("barrier/" + name + "/" + std::to_string(rank), "1");
-  Config c;
-  c.rank = rank;
-  c.size = size;
-  gatherFromRanks(store, c, "reach '" + name + "'",
-                  [&](int r) { return "barrier/" + name + "/" + std::to_string(r); }, deadline);
+void publishEndpoint(Store& store, const Config& c, const Endpoint& e) {
+  store.set("addr/" + std::to_string(c.rank),
+            e.host + " " + std::to_string(e.port) + " " + e.machine + " " + std::to_string(e.pid));
 }
 
-std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
-  if (c.size == 1) return nullptr;
-  const Deadline deadline = Deadline::after(c.rendezvousTimeout);
-  const int left = (c.rank + c.size - 1) % c.size;
-  const int right = (c.rank + 1) % c.size;
-
-  const std::string host = listenHost(c);
-  Socket listener = Socket::listen(host, 0);
-  const std::string machine = hostName() + "/" + bootId();
-  store.set("addr/" + std::to_string(c.rank), host + " " + std::to_string(listener.port()) + " " +
-                                                   machine + " " + std::to_string(getpid()));
-  agreeOnSettings(store, c, deadline);
-
-  std::vector<Endpoint> all(c.size);
-  bool oneHost = true;
-  auto addrs = gatherFromRanks(store, c, "publish its address",
-                               [](int r) { return "addr/" + std::to_string(r); }, deadline);
+std::vector<Endpoint> gatherEndpoints(Store& store, const Config& c, Deadline deadline) {
+  auto addrs = gatherFromRanks(store, c, "publish its address", [](int r) { return "addr/" + std::to_string(r); },
+                               deadline);
+  std::vector<Endpoint> ring(c.size);
   for (int r = 0; r < c.size; ++r) {
-    all[r] = parseEndpoint(addrs[r]);
-    oneHost = oneHost && all[r].machine == machine;
+    std::istringstream in(addrs[r]);
+    in >> ring[r].host >> ring[r].port >> ring[r].machine >> ring[r].pid;
   }
+  return ring;
+}
 
-  Socket toRight, fromLeft;
+RingLinks linkSockets(const Config& c, const Socket& listener, const Endpoint& right, Deadline deadline) {
   try {
-    RingLinks links = linkNeighbours(c, listener, all[right].host, all[right].port, deadline);
-    toRight = std::move(links.toRight);
-    fromLeft = std::move(links.fromLeft);
+    return linkNeighbours(c, listener, right.host, right.port, deadline);
   } catch (const Error& e) {
     throw Error(Code::kDeadlineExceeded, "rendezvous: could not link rank " + std::to_string(c.rank) +
                                              " with its ring neighbours within " +
                                              std::to_string(static_cast<int>(c.rendezvousTimeout)) + " s: " + e.what());
   }
+}
 
-  const bool useShm = c.transport == "shm" || (c.transport == "auto" && oneHost);
-  if (useShm && !oneHost) {
-    throw Error(Code::kInvalidArgument,
-                "transport 'shm' was requested but the ranks run on several hosts; use 'auto' or 'tcp'");
-  }
-  if (!useShm) {
-    storeBarrier(store, "tcp-ready", c.rank, c.size, deadline);
-    return std::make_unique<TcpTransport>(c.rank, left, right, std::move(toRight), std::move(fromLeft));
-  }
+// This rank's segment and those of its shared-memory neighbours (null where a link is TCP).
+struct ShmSegments {
+  std::shared_ptr<ShmSegment> mine;
+  std::unique_ptr<ShmSegment> left, right;
+  const uint64_t* leftProbe = nullptr;  // the left neighbour's probe word, in its address space
+};
 
-  const std::string prefix = "/tfring-" + c.jobId + "-";
-  auto mine = ShmSegment::create(prefix + std::to_string(c.rank));
-  store.set("shm/" + std::to_string(c.rank),
-            std::to_string(reinterpret_cast<uintptr_t>(mine->probeAddress())));
-  std::string leftProbe = store.get("shm/" + std::to_string(left), deadline);
-  store.get("shm/" + std::to_string(right), deadline);
-  auto leftSeg = ShmSegment::open(prefix + std::to_string(left));
-  auto rightSeg = ShmSegment::open(prefix + std::to_string(right));
+std::string segmentName(const Config& c, int rank) { return "/tfring-" + c.jobId + "-" + std::to_string(rank); }
+
+// Creates our segment when a link of ours is shared memory, and maps the neighbours' across such
+// links. Every rank takes part in the barrier, with or without a segment.
+ShmSegments mapSegments(const Config& c, Store& store, const std::vector<LinkKind>& plan,
+                        const std::vector<Endpoint>& ring, Deadline deadline) {
+  const Neighbours n(c);
+  const bool shmLeft = plan[n.left] == LinkKind::kShm, shmRight = plan[c.rank] == LinkKind::kShm;
+  ShmSegments s;
+  if (shmLeft || shmRight) {
+    s.mine = ShmSegment::create(segmentName(c, c.rank));
+    store.set("shm/" + std::to_string(c.rank), std::to_string(reinterpret_cast<uintptr_t>(s.mine->probeAddress())));
+  }
+  if (shmLeft) {
+    s.leftProbe = reinterpret_cast<const uint64_t*>(std::stoull(store.get("shm/" + std::to_string(n.left), deadline)));
+    s.left = ShmSegment::open(segmentName(c, n.left));
+  }
+  if (shmRight) {
+    store.get("shm/" + std::to_string(n.right), deadline);  // it exists once this key does
+    s.right = ShmSegment::open(segmentName(c, n.right));
 #ifdef PR_SET_PTRACER
-  // Under Yama ptrace_scope=1 a process may only read a sibling's memory if the sibling allows it:
-  // our right neighbour is the one that reads our buffers.
-  if (c.singleCopy) prctl(PR_SET_PTRACER, static_cast<unsigned long>(all[right].pid), 0, 0, 0);
+    // Under Yama ptrace_scope=1 a process may only read a sibling's memory if the sibling allows
+    // it: our right neighbour is the one that reads our buffers.
+    if (c.singleCopy) prctl(PR_SET_PTRACER, static_cast<unsigned long>(ring[n.right].pid), 0, 0, 0);
 #endif
-  storeBarrier(store, "shm-mapped", c.rank, c.size, deadline);
-  mine->unlink();  // everyone has it mapped: nothing can leak in /dev/shm from here on
-  auto t = std::make_unique<ShmTransport>(c.rank, left, right, std::move(mine), std::move(leftSeg),
-                                          std::move(rightSeg), all[left].pid, std::move(toRight),
-                                          std::move(fromLeft));
-  if (c.singleCopy) {
-    t->probeSingleCopy(reinterpret_cast<const uint64_t*>(std::stoull(leftProbe)));
-  } else {
-    t->probeSingleCopy(nullptr);
   }
-  storeBarrier(store, "shm-probed", c.rank, c.size, deadline);
-  return t;
+  storeBarrier(store, "shm-mapped", c.rank, c.size, deadline);
+  if (s.mine) s.mine->unlink();  // everyone has it mapped: nothing can leak in /dev/shm from here on
+  return s;
+}
+
+std::unique_ptr<SendLink> sendLink(LinkKind kind, int right, ShmSegments& s, Socket sock) {
+  if (kind == LinkKind::kTcp) return std::make_unique<TcpSendLink>(right, std::move(sock));
+  return std::make_unique<ShmSendLink>(right, s.mine, std::move(s.right), std::move(sock));
+}
+
+std::unique_ptr<RecvLink> recvLink(const Config& c, LinkKind kind, int left, int leftPid, ShmSegments& s, Socket sock) {
+  if (kind == LinkKind::kTcp) return std::make_unique<TcpRecvLink>(left, std::move(sock));
+  auto link = std::make_unique<ShmRecvLink>(left, s.mine, std::move(s.left), leftPid, std::move(sock));
+  link->probeSingleCopy(c.singleCopy ? s.leftProbe : nullptr);
+  return link;
+}
+
+bool anyShm(const std::vector<LinkKind>& plan) {
+  for (LinkKind k : plan) {
+    if (k == LinkKind::kShm) return true;
+  }
+  return false;
+}
+
+// The links of this rank as the plan says, after the store barriers every rank passes alike.
+std::unique_ptr<Transport> buildTransport(const Config& c, Store& store, const std::vector<Endpoint>& ring,
+                                          const std::vector<LinkKind>& plan, RingLinks sockets, Deadline deadline) {
+  const Neighbours n(c);
+  const bool shm = anyShm(plan);
+  if (!shm) storeBarrier(store, "tcp-ready", c.rank, c.size, deadline);
+  ShmSegments segments = shm ? mapSegments(c, store, plan, ring, deadline) : ShmSegments();
+  auto toRight = sendLink(plan[c.rank], n.right, segments, std::move(sockets.toRight));
+  auto fromLeft = recvLink(c, plan[n.left], n.left, ring[n.left].pid, segments, std::move(sockets.fromLeft));
+  // The single-copy verdicts are in every segment before anyone reads its right neighbour's.
+  if (shm) storeBarrier(store, "shm-probed", c.rank, c.size, deadline);
+  return std::make_unique<RingTransport>(c.rank, n.left, n.right, std::move(toRight), std::move(fromLeft));
+}
+
+}  // namespace
+
+std::string localHostIdentity() { return hostName() + "/" + bootId(); }
+
+std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
+  return connectRing(c, store, localHostIdentity());
+}
+
+std::unique_ptr<Transport> connectRing(const Config& c, Store& store, const std::string& hostIdentity) {
+  if (c.size == 1) return nullptr;
+  const Deadline deadline = Deadline::after(c.rendezvousTimeout);
+  const std::string host = listenHost(c);
+  Socket listener = Socket::listen(host, 0);
+  publishEndpoint(store, c, {host, listener.port(), hostIdentity, static_cast<int>(getpid())});
+  agreeOnSettings(store, c, deadline);
+  const std::vector<Endpoint> ring = gatherEndpoints(store, c, deadline);
+  const std::vector<LinkKind> plan = planRing(c.transport, ring);
+  RingLinks sockets = linkSockets(c, listener, ring[Neighbours(c).right], deadline);
+  return buildTransport(c, store, ring, plan, std::move(sockets), deadline);
 }
 
 }  // namespace tfring

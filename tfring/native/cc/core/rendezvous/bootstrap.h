@@ -1,9 +1,12 @@
-// Builds this rank's Transport: publishes how to reach us in the store, connects to the right ring
-// neighbour, accepts the left one (each data connection is authenticated with the job secret),
-// and chooses shared memory when every rank runs on this host, TCP otherwise.
+// Builds this rank's Transport (the ring handshake): publishes how to reach us in the store,
+// checks that every rank runs with the same wire settings, plans which transport carries each
+// link of the ring (transport/link_choice.h), connects to the right neighbour and accepts the
+// left one (each data connection authenticated with the job secret, transport/ring_links.h), and
+// sets up shared memory where a link uses it.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "config.h"
 #include "rendezvous/store.h"
@@ -15,7 +18,11 @@ namespace tfring {
 // show up within config.rendezvousTimeout.
 std::unique_ptr<Transport> connectRing(const Config& config, Store& store);
 
-// Every rank calls it with the same name; returns when all have.
-void storeBarrier(Store& store, const std::string& name, int rank, int size, Deadline deadline);
+// The same with this rank's host identity given: ranks with equal identities count as one host
+// and may share memory. Tests use it to build rings spanning several "hosts" in one process.
+std::unique_ptr<Transport> connectRing(const Config& config, Store& store, const std::string& hostIdentity);
+
+// This machine's identity: its hostname and boot id.
+std::string localHostIdentity();
 
 }  // namespace tfring

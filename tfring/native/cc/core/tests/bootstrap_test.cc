@@ -7,6 +7,7 @@
 
 #include "algorithms/allreduce_ring.h"
 #include "rendezvous/bootstrap.h"
+#include "rendezvous/rank_gather.h"
 #include "rendezvous/hmac.h"
 #include "rendezvous/store.h"
 #include "tests/ring_helpers.h"
