@@ -1,5 +1,5 @@
-// Types shared by every part of the core: errors and deadlines (status.h carries an error as a
-// value, data_type.h names element types and reduce ops).
+// Types shared by every part of the core: errors (codes from error_code.h) and deadlines;
+// status.h carries an error as a value, data_type.h names element types and reduce ops.
 // Nothing here knows about TensorFlow; the kernels translate these into TF types.
 #pragma once
 
@@ -9,12 +9,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "error_code.h"
+
 namespace tfring {
 
-// Every failure the core reports carries one of these codes; the TF glue maps them onto
-// tensorflow::error codes (kUnavailable -> UnavailableError, and so on).
-enum class Code { kInvalidArgument, kUnavailable, kDeadlineExceeded, kFailedPrecondition, kInternal };
-
+// What the core throws: a code and a message that says what, where and what to do.
 class Error : public std::runtime_error {
  public:
   Error(Code code, const std::string& what) : std::runtime_error(what), code_(code) {}

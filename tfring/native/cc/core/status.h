@@ -10,10 +10,11 @@
 namespace tfring {
 
 struct Status {
-  bool ok = true;
-  Code code = Code::kInternal;
+  Code code = Code::kOk;
   std::string message;
-  static Status error(Code c, std::string m) { return {false, c, std::move(m)}; }
+
+  bool ok() const { return code == Code::kOk; }
+  static Status error(Code c, std::string m) { return {c, std::move(m)}; }
 };
 
 }  // namespace tfring

@@ -31,12 +31,12 @@ void Engine::enqueue(Request request) {
   Status failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failure_.ok && !stop_) {
+    if (failure_.ok() && !stop_) {
       queue_.push_back(std::move(request));
       cv_.notify_one();
       return;
     }
-    failed = failure_.ok ? Status::error(Code::kFailedPrecondition, "tfring was shut down") : failure_;
+    failed = failure_.ok() ? Status::error(Code::kFailedPrecondition, "tfring was shut down") : failure_;
   }
   request.done(failed);
 }
@@ -55,9 +55,9 @@ void Engine::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       failed = failure_;
-      if (stop_ && failed.ok) failed = Status::error(Code::kFailedPrecondition, "tfring was shut down");
+      if (stop_ && failed.ok()) failed = Status::error(Code::kFailedPrecondition, "tfring was shut down");
     }
-    if (!failed.ok) {
+    if (!failed.ok()) {
       r.done(failed);
       continue;
     }

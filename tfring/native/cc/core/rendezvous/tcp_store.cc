@@ -27,12 +27,13 @@ bool readFrame(const Socket& s, const std::string& secret, const std::string& no
   return digestEqual(mac, frameMac(secret, nonce, seq, *payload));
 }
 
-// Socket::connect, with a line on stderr every 10 s while rank 0's store does not answer (under
-// mpirun or srun a rank 0 that died early leaves nothing else to say why the job does not start).
+// Socket::connect, with a line on stderr every kReportEverySeconds while rank 0's store does not
+// answer (under mpirun or srun a rank 0 that died early leaves nothing else to say why the job
+// does not start).
 Socket connectReporting(const std::string& host, int port, Deadline deadline) {
   const auto start = Clock::now();
   for (;;) {
-    Deadline slice = Deadline::after(10.0);
+    Deadline slice = Deadline::after(kReportEverySeconds);
     try {
       return Socket::connect(host, port, slice.time() < deadline.time() ? slice : deadline);
     } catch (const Error&) {
@@ -45,8 +46,9 @@ Socket connectReporting(const std::string& host, int port, Deadline deadline) {
 
 }  // namespace
 
-TcpStore::TcpStore(const std::string& host, int port, std::string secret, Deadline connectDeadline)
-    : secret_(std::move(secret)), where_(host + ":" + std::to_string(port)) {
+TcpStore::TcpStore(const std::string& host, int port, std::string secret, double requestTimeout,
+                   Deadline connectDeadline)
+    : secret_(std::move(secret)), requestTimeout_(requestTimeout), where_(host + ":" + std::to_string(port)) {
   try {
     sock_ = connectReporting(host, port, connectDeadline);
     nonce_.assign(kNonceBytes, '\0');
@@ -77,14 +79,14 @@ std::string TcpStore::call(const std::string& req, Deadline deadline) {
 }
 
 void TcpStore::set(const std::string& key, const std::string& value) {
-  call(encodeRequest('S', key, value), Deadline::after(60));
+  call(encodeRequest('S', key, value), Deadline::after(requestTimeout_));
 }
 
 std::string TcpStore::get(const std::string& key, Deadline deadline) {
   for (;;) {
     std::string rest;
     putU32(&rest, static_cast<uint32_t>(deadline.remainingMs()));
-    std::string reply = call(encodeRequest('G', key, rest), Deadline::after(60));
+    std::string reply = call(encodeRequest('G', key, rest), Deadline::after(requestTimeout_));
     if (!reply.empty() && reply[0] == 'K') return reply.substr(1);
     if (deadline.expired()) {
       throw Error(Code::kDeadlineExceeded,
@@ -96,7 +98,7 @@ std::string TcpStore::get(const std::string& key, Deadline deadline) {
 bool TcpStore::tryGet(const std::string& key, std::string* value) {
   std::string rest;
   putU32(&rest, 0);
-  std::string reply = call(encodeRequest('G', key, rest), Deadline::after(60));
+  std::string reply = call(encodeRequest('G', key, rest), Deadline::after(requestTimeout_));
   if (reply.empty() || reply[0] != 'K') return false;
   *value = reply.substr(1);
   return true;
@@ -104,7 +106,7 @@ bool TcpStore::tryGet(const std::string& key, std::string* value) {
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   std::string rest(reinterpret_cast<const char*>(&delta), 8);
-  std::string reply = call(encodeRequest('A', key, rest), Deadline::after(60));
+  std::string reply = call(encodeRequest('A', key, rest), Deadline::after(requestTimeout_));
   if (reply.empty() || reply[0] != 'K') {
     throw Error(Code::kInvalidArgument, "rendezvous store: key '" + key + "' does not hold an integer");
   }

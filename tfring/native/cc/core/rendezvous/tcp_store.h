@@ -14,8 +14,9 @@ namespace tfring {
 class TcpStore : public Store {
  public:
   // Connects (retrying until `connectDeadline`: the server may not be up yet) and checks that the
-  // server knows the secret.
-  TcpStore(const std::string& host, int port, std::string secret, Deadline connectDeadline);
+  // server knows the secret. Each request then gets `requestTimeout` seconds to be answered (a get
+  // asks again until its own deadline).
+  TcpStore(const std::string& host, int port, std::string secret, double requestTimeout, Deadline connectDeadline);
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Deadline deadline) override;
   int64_t add(const std::string& key, int64_t delta) override;
@@ -26,6 +27,7 @@ class TcpStore : public Store {
 
   std::mutex mu_;
   std::string secret_;
+  double requestTimeout_;
   Socket sock_;
   std::string nonce_;
   uint64_t sendSeq_ = 0;

@@ -21,8 +21,9 @@
 namespace tfring {
 
 struct TcpStoreServerLimits {
-  double authTimeout = 10.0;           // seconds to send a first frame with the right HMAC
-  double frameTimeout = 30.0;          // seconds to finish a frame, or to take a reply, once begun
+  // From the configuration (store_auth_timeout, store_frame_timeout): no defaults here.
+  double authTimeout = 0;              // seconds to send a first frame with the right HMAC
+  double frameTimeout = 0;             // seconds to finish a frame, or to take a reply, once begun
   size_t maxUnauthenticated = 128;     // connections that have not authenticated yet
   size_t maxUnauthenticatedFrame = 1024;
   size_t maxKeyFrame = 64 << 10;       // get and add requests
@@ -34,9 +35,8 @@ class TcpStoreServer {
  public:
   using Limits = TcpStoreServerLimits;
 
-
   // Listens on host:port (port 0 picks a free one; see port()).
-  TcpStoreServer(const std::string& host, int port, std::string secret, Limits limits = Limits());
+  TcpStoreServer(const std::string& host, int port, std::string secret, Limits limits);
   ~TcpStoreServer();
   int port() const { return port_; }
   // How many connections were refused or dropped (bad HMAC, oversized or malformed frame,

@@ -16,6 +16,7 @@
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/rank_gather.h"
 #include "rendezvous/store.h"
+#include "tests/test_config.h"
 #include "tests/test_framework.h"
 
 namespace tfring_test {
@@ -43,15 +44,9 @@ inline std::string hostOf(const Mode& m, int rank) {
 }
 
 inline tfring::Config rankConfig(int rank, int size, const Mode& m, const std::string& job) {
-  tfring::Config c;
-  c.rank = rank;
-  c.size = size;
-  c.jobId = job;
-  c.secret = "test-secret";
+  tfring::Config c = testConfig(rank, size, job);
   c.transport = m.transport;
   c.singleCopy = m.singleCopy;
-  c.rendezvousTimeout = 30;
-  c.collectiveTimeout = 30;
   return c;
 }
 
