@@ -171,36 +171,44 @@ bool TcpStoreServer::handleFrame(Connection& c) {
   }
   const char op = payload[0];
   std::string key = payload.substr(5, klen), rest = payload.substr(5 + klen);
-  if (op == 'S') {
-    data_.set(key, rest);
-    if (!reply(c, "K")) return false;
-    answerWaiters(key);
-    return true;
-  }
-  if (op == 'A' && rest.size() == 8) {
-    int64_t delta = 0;
-    std::memcpy(&delta, rest.data(), 8);
-    try {
-      std::string sum = std::to_string(data_.add(key, delta));
-      if (!reply(c, "K" + sum)) return false;
-    } catch (const std::exception&) {
-      return reply(c, "E");  // the key holds no integer
-    }
-    answerWaiters(key);
-    return true;
-  }
-  if (op == 'G' && rest.size() == 4) {
-    std::string value;
-    if (data_.tryGet(key, &value)) return reply(c, "K" + value);
-    const double waitS = std::min(getU32(rest, 0) / 1000.0, limits_.waitSlice);
-    if (waitS <= 0) return reply(c, "N");
-    c.waiting = true;
-    c.waitKey = std::move(key);
-    c.waitUntil = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(waitS));
-    return true;
-  }
+  if (op == 'S') return serveSet(c, key, rest);
+  if (op == 'A' && rest.size() == 8) return serveAdd(c, key, rest);
+  if (op == 'G' && rest.size() == 4) return serveGet(c, std::move(key), rest);
   refuse(c, "malformed request");
   return false;
+}
+
+bool TcpStoreServer::serveSet(Connection& c, const std::string& key, const std::string& value) {
+  data_.set(key, value);
+  if (!reply(c, "K")) return false;
+  answerWaiters(key);
+  return true;
+}
+
+bool TcpStoreServer::serveAdd(Connection& c, const std::string& key, const std::string& rest) {
+  int64_t delta = 0;
+  std::memcpy(&delta, rest.data(), 8);
+  try {
+    std::string sum = std::to_string(data_.add(key, delta));
+    if (!reply(c, "K" + sum)) return false;
+  } catch (const std::exception&) {
+    return reply(c, "E");  // the key holds no integer
+  }
+  answerWaiters(key);
+  return true;
+}
+
+// Answers at once when the key exists; else parks the connection for at most one wait slice (the
+// client asks again until its own deadline), so one waiting client never holds the loop.
+bool TcpStoreServer::serveGet(Connection& c, std::string key, const std::string& rest) {
+  std::string value;
+  if (data_.tryGet(key, &value)) return reply(c, "K" + value);
+  const double waitS = std::min(getU32(rest, 0) / 1000.0, limits_.waitSlice);
+  if (waitS <= 0) return reply(c, "N");
+  c.waiting = true;
+  c.waitKey = std::move(key);
+  c.waitUntil = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(waitS));
+  return true;
 }
 
 bool TcpStoreServer::reply(Connection& c, const std::string& payload) {

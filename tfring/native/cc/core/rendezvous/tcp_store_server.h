@@ -51,6 +51,9 @@ class TcpStoreServer {
   void poll(int timeoutMs);
   bool readFrom(Connection& c);
   bool handleFrame(Connection& c);
+  bool serveSet(Connection& c, const std::string& key, const std::string& value);
+  bool serveAdd(Connection& c, const std::string& key, const std::string& rest);
+  bool serveGet(Connection& c, std::string key, const std::string& rest);
   bool reply(Connection& c, const std::string& payload);
   bool flush(Connection& c);
   void answerWaiters(const std::string& key);

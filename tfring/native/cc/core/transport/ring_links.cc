@@ -68,6 +68,45 @@ void acceptAll(const Config& c, const Socket& listener, std::list<Pending>& pend
   }
 }
 
+// Reads the right neighbour's nonce as it arrives and, once complete, answers with our rank and
+// MAC. Returns true when answered.
+bool answerRight(const Config& c, int right, const Socket& toRight, std::string* nonce, Deadline deadline) {
+  char buf[kNonceBytes];
+  nonce->append(buf, toRight.recvSome(buf, kNonceBytes - nonce->size()));
+  if (nonce->size() < kNonceBytes) return false;
+  std::string answer;
+  putU32(&answer, static_cast<uint32_t>(c.rank));
+  Digest mac = handshakeMac(c, c.rank, right, *nonce);
+  answer.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  toRight.sendAll(answer.data(), answer.size(), deadline);
+  return true;
+}
+
+// Reads what the pending connections sent (`revents` in their order); drops those that failed,
+// finished or ran out of time, and moves the authenticated left neighbour into *fromLeft.
+void serveIncoming(const Config& c, int left, const pollfd* revents, std::list<Pending>& pending, Socket* fromLeft) {
+  for (auto it = pending.begin(); it != pending.end(); ++revents) {
+    bool finished = false, drop = false;
+    try {
+      if (revents->revents && answerOf(c, left, *it, &finished)) *fromLeft = std::move(it->sock);
+      drop = finished;
+    } catch (const PeerError&) {
+      drop = true;  // closed before finishing: a port scan, or a stranger giving up
+    }
+    if (!drop && it->deadline.expired()) {
+      refuse(c, *it, "no handshake within the deadline");
+      drop = true;
+    }
+    it = drop ? pending.erase(it) : std::next(it);
+  }
+}
+
+[[noreturn]] void throwUnlinked(bool answered, int left, int right) {
+  const int who = answered ? left : right;
+  throw Error(Code::kDeadlineExceeded, std::string(answered ? "no authenticated connection from" : "no handshake from") +
+                                           " rank " + std::to_string(who));
+}
+
 }  // namespace
 
 RingLinks linkNeighbours(const Config& c, const Socket& listener, const std::string& rightHost, int rightPort,
@@ -79,42 +118,14 @@ RingLinks linkNeighbours(const Config& c, const Socket& listener, const std::str
   bool answered = false;
   std::list<Pending> pending;
   while (!answered || !links.fromLeft.valid()) {
-    if (deadline.expired()) {
-      const int who = answered ? left : right;
-      throw Error(Code::kDeadlineExceeded, std::string(answered ? "no authenticated connection from"
-                                                                : "no handshake from") +
-                                               " rank " + std::to_string(who));
-    }
-    std::vector<pollfd> fds{{listener.fd(), short(links.fromLeft.valid() ? 0 : POLLIN), 0}, {links.toRight.fd(), short(answered ? 0 : POLLIN), 0}};
+    if (deadline.expired()) throwUnlinked(answered, left, right);
+    // [0] new connections, [1] the right neighbour's nonce, then the pending handshakes.
+    std::vector<pollfd> fds{{listener.fd(), short(links.fromLeft.valid() ? 0 : POLLIN), 0},
+                            {links.toRight.fd(), short(answered ? 0 : POLLIN), 0}};
     for (auto& p : pending) fds.push_back({p.sock.fd(), POLLIN, 0});
     ::poll(fds.data(), fds.size(), deadline.remainingMs(50));
-    if (!answered && fds[1].revents) {
-      char buf[kNonceBytes];
-      rightNonce.append(buf, links.toRight.recvSome(buf, kNonceBytes - rightNonce.size()));
-      if (rightNonce.size() == kNonceBytes) {
-        std::string answer;
-        putU32(&answer, static_cast<uint32_t>(c.rank));
-        Digest mac = handshakeMac(c, c.rank, right, rightNonce);
-        answer.append(reinterpret_cast<const char*>(mac.data()), mac.size());
-        links.toRight.sendAll(answer.data(), answer.size(), deadline);
-        answered = true;
-      }
-    }
-    size_t i = 2;
-    for (auto it = pending.begin(); it != pending.end(); ++i) {
-      bool finished = false, drop = false;
-      try {
-        if (fds[i].revents && answerOf(c, left, *it, &finished)) links.fromLeft = std::move(it->sock);
-        drop = finished;
-      } catch (const PeerError&) {
-        drop = true;  // closed before finishing: a port scan, or a stranger giving up
-      }
-      if (!drop && it->deadline.expired()) {
-        refuse(c, *it, "no handshake within the deadline");
-        drop = true;
-      }
-      it = drop ? pending.erase(it) : std::next(it);
-    }
+    if (!answered && fds[1].revents) answered = answerRight(c, right, links.toRight, &rightNonce, deadline);
+    serveIncoming(c, left, fds.data() + 2, pending, &links.fromLeft);
     if (fds[0].revents) acceptAll(c, listener, pending, handshakeTimeout);
     if (links.fromLeft.valid()) pending.clear();
   }
