@@ -19,8 +19,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CC_DIR = os.path.join(HERE, "cc")
 LIBRARY_NAME = "_tfring_ops.so"
 INFO_NAME = "_build_info.json"
-
-
 CORE_DIR = os.path.join(CC_DIR, "core")
 # Every core header is included by its path under core/ (`#include "rendezvous/store.h"`), from the
 # core, the TF kernels and the CUDA code alike. -iquote (not -I) so that TensorFlow's own
@@ -213,8 +211,8 @@ def build(base=HERE, verbose=True, jobs=None):
                 nvcc_cmd = [nvcc, "-std=c++17", "-O3", "-Xcompiler", "-fPIC,-Wall"] + CUDA_GENCODE
                 # nvcc has no -iquote; the CUDA sources include no TensorFlow header, so -I is safe.
                 futures += [pool.submit(compile_one, s, abi + ["-I", CORE_DIR], nvcc_cmd) for s in cuda]
-                futures += [pool.submit(compile_one, s, compile_flags + CORE_INCLUDE + ["-DGOOGLE_CUDA=1"] + cuda_include)
-                            for s in gpu_kernels]
+                gpu_flags = compile_flags + CORE_INCLUDE + ["-DGOOGLE_CUDA=1"] + cuda_include
+                futures += [pool.submit(compile_one, s, gpu_flags) for s in gpu_kernels]
                 gpu_link = ["-L" + os.path.join(cuda_home, "lib64"), "-lcudart"]
             objects = [f.result() for f in futures]
         os.makedirs(output_dir, exist_ok=True)
