@@ -10,10 +10,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tfring-installed
 PYTEST_ARGS ?=
 CORE := tfring/native/cc/core
-CORE_SRCS := $(wildcard $(CORE)/*.cc) $(wildcard $(CORE)/tests/*.cc)
-CORE_HDRS := $(wildcard $(CORE)/*.h) $(wildcard $(CORE)/tests/*.h)
+# The core's rooms (rendezvous/, transport/, algorithms/, engine/) and its top level; tests/ apart.
+CORE_LIB_SRCS := $(shell find $(CORE) -name '*.cc' -not -path '*/tests/*' | sort)
+CORE_SRCS := $(CORE_LIB_SRCS) $(wildcard $(CORE)/tests/*.cc)
+CORE_HDRS := $(shell find $(CORE) -name '*.h' | sort)
 CXX ?= g++
-CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread
+# Core headers are included by their path under core/ ("rendezvous/store.h"), as in build.py.
+CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
 .PHONY: env demo check lint test test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-deps clean
@@ -69,16 +72,17 @@ test: lint test-core test-python
 # run (plain and under compute-sanitizer memcheck) only where a GPU is visible.
 NVCC ?= nvcc
 CUDA_ARCH ?= sm_90
-CUDA_SRCS := $(wildcard tfring/native/cc/cuda/*.cu) tfring/native/cc/cuda/tests/cuda_harness.cu $(CORE)/reduce.cc $(CORE)/lars.cc
+CUDA_SRCS := $(wildcard tfring/native/cc/cuda/*.cu) tfring/native/cc/cuda/tests/cuda_harness.cu \
+	$(CORE)/algorithms/reduce.cc $(CORE)/algorithms/lars.cc $(CORE)/data_type.cc
 $(BUILD)/cuda_harness: $(CUDA_SRCS) $(wildcard tfring/native/cc/cuda/*.h tfring/native/cc/cuda/*.cuh) $(CORE_HDRS)
 	@mkdir -p $(BUILD)
-	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall $(CUDA_SRCS) -o $@
+	$(NVCC) -std=c++17 -O3 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall -I $(CORE) $(CUDA_SRCS) -o $@
 # The ring over GPU tensors (pinned staging) with the real engine and ring on thread-ranks.
 STAGING_SRCS := tfring/native/cc/cuda/pinned_staging.cu tfring/native/cc/cuda/tests/staging_test.cu \
-	$(filter-out $(CORE)/c_api.cc,$(wildcard $(CORE)/*.cc)) $(CORE)/tests/test_main.cc
+	$(filter-out $(CORE)/c_api.cc,$(CORE_LIB_SRCS)) $(CORE)/tests/test_main.cc
 $(BUILD)/staging_test: $(STAGING_SRCS) $(wildcard tfring/native/cc/cuda/*.h) $(CORE_HDRS)
 	@mkdir -p $(BUILD)
-	$(NVCC) -std=c++17 -O2 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall,-pthread $(STAGING_SRCS) -o $@ -lrt
+	$(NVCC) -std=c++17 -O2 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -Wall,-pthread -I $(CORE) $(STAGING_SRCS) -o $@ -lrt
 cuda-harness: $(BUILD)/cuda_harness $(BUILD)/staging_test
 test-cuda:
 	@if ! command -v $(NVCC) >/dev/null 2>&1; then echo "test-cuda: no nvcc here: the CUDA kernels were not built"; exit 0; fi; \

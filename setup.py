@@ -13,6 +13,8 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The C++ core's top level and its subfolders (tfring/native/cc/core/...).
+CORE_ROOMS = ["", "rendezvous/", "transport/", "algorithms/", "engine/"]
 
 
 def _load_build_module():
@@ -49,8 +51,10 @@ setup(
     description="Synchronous data-parallel training for Keras 3 / TensorFlow over a fused ring allreduce",
     python_requires=">=3.10",
     packages=find_packages(include=["tfring", "tfring.*"]),
-    package_data={"tfring.native": ["cc/core/*.h", "cc/core/*.cc", "cc/kernels/*.cc", "cc/kernels/*.h",
-                                 "cc/cuda/*.h", "cc/cuda/*.cuh", "cc/cuda/*.cu"]},
+    # The sources travel with the package: the library is compiled where it is installed. Every
+    # folder of the core is listed (package_data globs do not descend into subfolders).
+    package_data={"tfring.native": [f"cc/core/{room}*.{ext}" for room in CORE_ROOMS for ext in ("h", "cc")]
+                  + ["cc/kernels/*.cc", "cc/kernels/*.h", "cc/cuda/*.h", "cc/cuda/*.cuh", "cc/cuda/*.cu"]},
     install_requires=["numpy"],
     extras_require={"test": ["pytest"], "data": ["tqdm", "Pillow", "pyarrow", "h5py", "tifffile"]},
     entry_points={"console_scripts": ["tfring=tfring.cli:main"]},

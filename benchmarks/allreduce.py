@@ -101,8 +101,9 @@ def _raw_allreduce(arrays):
 
     def run():
         # `arrays` and `outs` are referenced here so they outlive every call.
-        if lib.tfring_allreduce_raw(len(arrays), ins, out_ptrs, counts, 2, 0, err, len(err)) != 0 or not outs:
-            raise RuntimeError(err.value.decode())
+        rc = lib.tfring_allreduce_raw(len(arrays), ins, out_ptrs, counts, 2, 0, err, len(err))
+        if rc != 0 or not outs:  # 0 is OK; any other code is named by the core
+            raise RuntimeError(f"{_library.error_name(rc)}: {err.value.decode()}")
     return run
 
 

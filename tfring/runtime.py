@@ -15,7 +15,9 @@ from tfring.launch import cluster as _cluster
 from tfring.config import Config
 from tfring.native import library as _library
 
-_ERRORS = {1: ValueError, 2: ConnectionError, 3: TimeoutError, 4: RuntimeError, 5: RuntimeError}
+# The core's error names (tfring.native.library.error_name) -> the exception raised here.
+_ERRORS = {"INVALID_ARGUMENT": ValueError, "UNAVAILABLE": ConnectionError, "DEADLINE_EXCEEDED": TimeoutError,
+           "FAILED_PRECONDITION": RuntimeError, "INTERNAL": RuntimeError}
 _atexit_registered = []
 
 
@@ -58,12 +60,15 @@ def init(config=None, **options):
         "rendezvous_timeout": config.rendezvous_timeout, "timeout": config.timeout,
         "transport": config.transport, "single_copy": int(config.single_copy),
         "fusion_threshold_bytes": config.fusion_threshold_bytes,
+        # Today's fixed rendezvous store deadlines (seconds); the lead's config schema takes them over.
+        "store_request_timeout": 60.0, "store_auth_timeout": 10.0, "store_frame_timeout": 30.0,
     }
     text = "".join(f"{k}={v}\n" for k, v in lines.items())
     err = ctypes.create_string_buffer(4096)
     rc = c.tfring_init(text.encode(), err, len(err))
     if rc != 0:
-        raise _ERRORS.get(rc, RuntimeError)(f"tfring.init() failed on rank {info.rank}: {err.value.decode()}")
+        error = _ERRORS.get(_library.error_name(rc), RuntimeError)
+        raise error(f"tfring.init() failed on rank {info.rank}: {err.value.decode()}")
     if not _atexit_registered:
         atexit.register(shutdown)
         _atexit_registered.append(True)

@@ -19,11 +19,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CC_DIR = os.path.join(HERE, "cc")
 LIBRARY_NAME = "_tfring_ops.so"
 INFO_NAME = "_build_info.json"
+CORE_DIR = os.path.join(CC_DIR, "core")
+# Every core header is included by its path under core/ (`#include "rendezvous/store.h"`), from the
+# core, the TF kernels and the CUDA code alike. -iquote (not -I) so that TensorFlow's own
+# `#include <...>` never finds a core header of the same name.
+CORE_INCLUDE = ["-iquote", CORE_DIR]
 
 
 def _sources():
-    """(core, CPU kernels, GPU kernels, CUDA kernels) source files."""
-    core = sorted(glob.glob(os.path.join(CC_DIR, "core", "*.cc")))
+    """(core, CPU kernels, GPU kernels, CUDA kernels) source files; the core's come from its
+    subfolders (rendezvous/, transport/, algorithms/, engine/), never from its tests."""
+    core = sorted(p for p in glob.glob(os.path.join(CORE_DIR, "**", "*.cc"), recursive=True)
+                  if os.sep + "tests" + os.sep not in os.path.relpath(p, CC_DIR))
     kernels = sorted(glob.glob(os.path.join(CC_DIR, "kernels", "*.cc")))
     gpu_kernels = [k for k in kernels if k.endswith("_gpu.cc")]
     cuda = sorted(glob.glob(os.path.join(CC_DIR, "cuda", "*.cu")))
@@ -91,7 +98,7 @@ def check_gpu_glue(nvcc=None):
     include = os.path.join(root, "include")
     _, _, gpu_kernels, _ = _sources()
     for src in gpu_kernels:
-        cmd = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-DGOOGLE_CUDA=1", "-isystem", include]
+        cmd = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-DGOOGLE_CUDA=1", "-isystem", include] + CORE_INCLUDE
         cmd += _system_includes(compile_flags) + [src]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -178,7 +185,8 @@ def build(base=HERE, verbose=True, jobs=None):
     tmp = tempfile.mkdtemp(prefix="tfring-build-")
 
     def compile_one(src, flags, compiler=None):
-        obj = os.path.join(tmp, os.path.basename(os.path.dirname(src)) + "_" + os.path.basename(src) + ".o")
+        # Named by the path under cc/, so that core/engine/engine.cc and a kernels/engine.cc never collide.
+        obj = os.path.join(tmp, os.path.relpath(src, CC_DIR).replace(os.sep, "_") + ".o")
         cmd = (compiler or base) + flags + ["-c", src, "-o", obj]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -195,15 +203,16 @@ def build(base=HERE, verbose=True, jobs=None):
               file=sys.stderr, flush=True)
     try:
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            futures = [pool.submit(compile_one, s, abi) for s in core]
-            futures += [pool.submit(compile_one, s, compile_flags) for s in kernels]
+            futures = [pool.submit(compile_one, s, abi + CORE_INCLUDE) for s in core]
+            futures += [pool.submit(compile_one, s, compile_flags + CORE_INCLUDE) for s in kernels]
             gpu_link = []
             if nvcc:
                 cuda_include = ["-isystem", os.path.join(cuda_home, "include")]
                 nvcc_cmd = [nvcc, "-std=c++17", "-O3", "-Xcompiler", "-fPIC,-Wall"] + CUDA_GENCODE
-                futures += [pool.submit(compile_one, s, abi, nvcc_cmd) for s in cuda]
-                futures += [pool.submit(compile_one, s, compile_flags + ["-DGOOGLE_CUDA=1"] + cuda_include)
-                            for s in gpu_kernels]
+                # nvcc has no -iquote; the CUDA sources include no TensorFlow header, so -I is safe.
+                futures += [pool.submit(compile_one, s, abi + ["-I", CORE_DIR], nvcc_cmd) for s in cuda]
+                gpu_flags = compile_flags + CORE_INCLUDE + ["-DGOOGLE_CUDA=1"] + cuda_include
+                futures += [pool.submit(compile_one, s, gpu_flags) for s in gpu_kernels]
                 gpu_link = ["-L" + os.path.join(cuda_home, "lib64"), "-lcudart"]
             objects = [f.result() for f in futures]
         os.makedirs(output_dir, exist_ok=True)

@@ -82,7 +82,27 @@ def has_gpu_kernels():
     return bool(info.get("gpu"))
 
 
+def error_name(code):
+    """The name of an error code the C API returned: "OK", "INVALID_ARGUMENT", "UNAVAILABLE",
+    "DEADLINE_EXCEEDED", "FAILED_PRECONDITION", "INTERNAL"; "UNKNOWN" for any other value.
+
+    The codes are defined once, in the core (`cc/core/error_code.h`); Python maps names, never
+    numbers, to exception classes.
+
+    Args:
+        code: an int returned by `tfring_init`, `tfring_allreduce_raw` or `tfring_barrier_raw`
+            (0 is OK).
+
+    Returns:
+        str; the library is loaded (and built if needed) first.
+    """
+    return load()[1].tfring_error_name(int(code)).decode()
+
+
 def _declare(c):
+    # Calls that can fail return a code (0 = OK) and write the message into the buffer passed last.
+    c.tfring_error_name.argtypes = [ctypes.c_int]
+    c.tfring_error_name.restype = ctypes.c_char_p
     c.tfring_init.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     c.tfring_init.restype = ctypes.c_int
     c.tfring_shutdown.restype = None

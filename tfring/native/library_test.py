@@ -44,6 +44,13 @@ def test_library_built_for_another_tensorflow_is_rebuilt_with_one_line(tmp_path)
     assert json.loads(info_path.read_text())["tensorflow"] == tf.__version__
 
 
+def test_error_codes_are_named_by_the_core():
+    # The C API returns these values (0 = OK); Python maps the names, never the numbers.
+    names = [_library.error_name(code) for code in range(6)]
+    assert names == ["OK", "INVALID_ARGUMENT", "UNAVAILABLE", "DEADLINE_EXCEEDED", "FAILED_PRECONDITION", "INTERNAL"]
+    assert _library.error_name(6) == _library.error_name(-1) == "UNKNOWN"
+
+
 def test_unwritable_install_names_the_command(monkeypatch):
     monkeypatch.setattr(_library, "_needs_build", lambda v: "it was built for TensorFlow 0.0.1")
     monkeypatch.setattr(_library.os, "access", lambda path, mode: False)

@@ -1,5 +1,7 @@
 // A plain C interface to the runtime for Python's ctypes: init / shutdown / topology, and
 // synchronous collectives on raw buffers (used by tests and benchmarks that need no TensorFlow).
+// Calls that can fail return a tfring::Code value (0 = OK; error_code.h) and write the message
+// into `err`; tfring_error_name() turns a code into its name.
 #include <cstring>
 #include <future>
 #include <string>
@@ -18,7 +20,8 @@ int report(const std::string& msg, Code code, char* err, size_t errlen) {
     std::strncpy(err, msg.c_str(), errlen - 1);
     err[errlen - 1] = '\0';
   }
-  return static_cast<int>(code) + 1;
+  // An error never reads as success, even one thrown with the wrong code.
+  return static_cast<int>(code == Code::kOk ? Code::kInternal : code);
 }
 
 int run(tfring::Request req, char* err, size_t errlen) {
@@ -29,7 +32,7 @@ int run(tfring::Request req, char* err, size_t errlen) {
   req.done = [&p](const tfring::Status& s) { p.set_value(s); };
   rt->engine().enqueue(std::move(req));
   tfring::Status s = f.get();
-  return s.ok ? 0 : report(s.message, s.code, err, errlen);
+  return s.ok() ? 0 : report(s.message, s.code, err, errlen);
 }
 
 }  // namespace
@@ -51,9 +54,12 @@ void tfring_shutdown() { Runtime::shutdown(); }
 
 int tfring_initialized() { return Runtime::current() ? 1 : 0; }
 
+// "INVALID_ARGUMENT" for the code tfring_init returned, and so on; "UNKNOWN" outside the list.
+const char* tfring_error_name(int code) { return tfring::codeName(code); }
+
 int tfring_topology(int* rank, int* size, int* localRank, int* localSize) {
   auto rt = Runtime::current();
-  if (!rt) return 1;
+  if (!rt) return static_cast<int>(Code::kFailedPrecondition);
   *rank = rt->config().rank;
   *size = rt->config().size;
   *localRank = rt->config().localRank;
@@ -63,7 +69,7 @@ int tfring_topology(int* rank, int* size, int* localRank, int* localSize) {
 
 int tfring_transport_name(char* buf, size_t len) {
   auto rt = Runtime::current();
-  if (!rt) return 1;
+  if (!rt) return static_cast<int>(Code::kFailedPrecondition);
   std::string n = rt->engine().transportName();
   std::strncpy(buf, n.c_str(), len - 1);
   buf[len - 1] = '\0';

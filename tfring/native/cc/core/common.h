@@ -1,4 +1,5 @@
-// Types shared by every part of the core: errors, deadlines, data types and reduce ops.
+// Types shared by every part of the core: errors (codes from error_code.h) and deadlines;
+// status.h carries an error as a value, data_type.h names element types and reduce ops.
 // Nothing here knows about TensorFlow; the kernels translate these into TF types.
 #pragma once
 
@@ -8,12 +9,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "error_code.h"
+
 namespace tfring {
 
-// Every failure the core reports carries one of these codes; the TF glue maps them onto
-// tensorflow::error codes (kUnavailable -> UnavailableError, and so on).
-enum class Code { kInvalidArgument, kUnavailable, kDeadlineExceeded, kFailedPrecondition, kInternal };
-
+// What the core throws: a code and a message that says what, where and what to do.
 class Error : public std::runtime_error {
  public:
   Error(Code code, const std::string& what) : std::runtime_error(what), code_(code) {}
@@ -34,6 +34,10 @@ class PeerError : public Error {
 };
 
 using Clock = std::chrono::steady_clock;
+
+// How often a long wait (for the rendezvous store, for ranks to join) says on stderr what it is
+// waiting for. Not a deadline: the waits end at theirs.
+constexpr double kReportEverySeconds = 10.0;
 
 // An absolute point in time after which a blocking call gives up. Every blocking call in the
 // core takes one, so nothing can wait forever.
@@ -56,12 +60,5 @@ class Deadline {
  private:
   Clock::time_point t_;
 };
-
-enum class DataType : int32_t { kFloat16 = 0, kBFloat16, kFloat32, kFloat64, kInt32, kInt64, kUint8 };
-enum class ReduceOp : int32_t { kSum = 0, kMean, kMin, kMax, kProduct };
-
-size_t dataTypeSize(DataType t);
-const char* dataTypeName(DataType t);
-const char* reduceOpName(ReduceOp op);
 
 }  // namespace tfring

@@ -1,77 +1,117 @@
 #include "config.h"
 
+#include <charconv>
 #include <sstream>
+#include <vector>
 
 #include "common.h"
 
 namespace tfring {
 namespace {
 
-int toInt(const std::string& key, const std::string& v) {
-  try {
-    size_t used = 0;
-    long long x = std::stoll(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return static_cast<int>(x);
-  } catch (const std::exception&) {
-    throw Error(Code::kInvalidArgument, "config: " + key + " must be an integer, got '" + v + "'");
-  }
+[[noreturn]] void badValue(const std::string& key, const char* type, const std::string& v) {
+  throw Error(Code::kInvalidArgument, "config: " + key + " must be " + type + ", got '" + v + "'");
 }
 
-double toDouble(const std::string& key, const std::string& v) {
-  try {
-    size_t used = 0;
-    double x = std::stod(v, &used);
-    if (used != v.size() || !(x > 0)) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw Error(Code::kInvalidArgument, "config: " + key + " must be a positive number, got '" + v + "'");
+// The whole of `v` as a T (from_chars: no locale, no leading spaces or '+', no partial reads).
+template <typename T>
+bool parseNumber(const std::string& v, T* out) {
+  const char* end = v.data() + v.size();
+  auto [ptr, ec] = std::from_chars(v.data(), end, *out);
+  return !v.empty() && ec == std::errc() && ptr == end;
+}
+
+template <auto Member>
+void setInt(Config& c, const std::string& k, const std::string& v) {
+  if (!parseNumber(v, &(c.*Member))) badValue(k, "an integer", v);
+}
+
+template <auto Member>
+void setSeconds(Config& c, const std::string& k, const std::string& v) {
+  if (!parseNumber(v, &(c.*Member))) badValue(k, "a number of seconds", v);
+}
+
+template <auto Member>
+void setText(Config& c, const std::string&, const std::string& v) {
+  c.*Member = v;
+}
+
+void setSingleCopy(Config& c, const std::string& k, const std::string& v) {
+  if (v != "0" && v != "1") badValue(k, "0 or 1", v);
+  c.singleCopy = v == "1";
+}
+
+void setTransport(Config& c, const std::string& k, const std::string& v) {
+  if (v != "auto" && v != "shm" && v != "tcp") badValue(k, "auto, shm or tcp", v);
+  c.transport = v;
+}
+
+void setFusionThreshold(Config& c, const std::string& k, const std::string& v) {
+  uint64_t bytes = 0;  // unsigned: a '-' does not parse
+  if (!parseNumber(v, &bytes)) badValue(k, "a whole number of bytes", v);
+  c.fusionThresholdBytes = static_cast<size_t>(bytes);
+}
+
+struct Field {
+  const char* key;
+  void (*set)(Config&, const std::string& key, const std::string& value);
+};
+
+// Every key of the record, each exactly once.
+const Field kFields[] = {
+    {"rank", setInt<&Config::rank>},
+    {"size", setInt<&Config::size>},
+    {"local_rank", setInt<&Config::localRank>},
+    {"local_size", setInt<&Config::localSize>},
+    {"store_host", setText<&Config::storeHost>},
+    {"store_port", setInt<&Config::storePort>},
+    {"secret", setText<&Config::secret>},
+    {"job_id", setText<&Config::jobId>},
+    {"advertise_host", setText<&Config::advertiseHost>},
+    {"rendezvous_timeout", setSeconds<&Config::rendezvousTimeout>},
+    {"timeout", setSeconds<&Config::collectiveTimeout>},
+    {"transport", setTransport},
+    {"single_copy", setSingleCopy},
+    {"fusion_threshold_bytes", setFusionThreshold},
+    {"store_request_timeout", setSeconds<&Config::storeRequestTimeout>},
+    {"store_auth_timeout", setSeconds<&Config::storeAuthTimeout>},
+    {"store_frame_timeout", setSeconds<&Config::storeFrameTimeout>},
+};
+constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
+
+size_t fieldIndex(const std::string& key) {
+  for (size_t i = 0; i < kFieldCount; ++i) {
+    if (key == kFields[i].key) return i;
   }
+  throw Error(Code::kInvalidArgument, "config: unknown key '" + key + "'");
+}
+
+void checkComplete(const std::vector<bool>& seen) {
+  std::string missing;
+  for (size_t i = 0; i < kFieldCount; ++i) {
+    if (!seen[i]) missing += std::string(missing.empty() ? "" : ", ") + kFields[i].key;
+  }
+  if (!missing.empty()) throw Error(Code::kInvalidArgument, "config: the record lacks " + missing);
 }
 
 }  // namespace
 
 Config Config::parse(const std::string& text) {
   Config c;
+  std::vector<bool> seen(kFieldCount, false);
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto eq = line.find('=');
-    if (eq == std::string::npos) throw Error(Code::kInvalidArgument, "config: bad line '" + line + "'");
-    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
-    if (k == "rank") c.rank = toInt(k, v);
-    else if (k == "size") c.size = toInt(k, v);
-    else if (k == "local_rank") c.localRank = toInt(k, v);
-    else if (k == "local_size") c.localSize = toInt(k, v);
-    else if (k == "store_host") c.storeHost = v;
-    else if (k == "store_port") c.storePort = toInt(k, v);
-    else if (k == "secret") c.secret = v;
-    else if (k == "job_id") c.jobId = v;
-    else if (k == "advertise_host") c.advertiseHost = v;
-    else if (k == "rendezvous_timeout") c.rendezvousTimeout = toDouble(k, v);
-    else if (k == "timeout") c.collectiveTimeout = toDouble(k, v);
-    else if (k == "transport") c.transport = v;
-    else if (k == "single_copy") c.singleCopy = v == "1" || v == "true";
-    else if (k == "fusion_threshold_bytes") {
-      long long x = std::stoll(v);
-      if (x < 0) throw Error(Code::kInvalidArgument, "config: fusion_threshold_bytes must be >= 0");
-      c.fusionThresholdBytes = static_cast<size_t>(x);
-    } else {
-      throw Error(Code::kInvalidArgument, "config: unknown key '" + k + "'");
-    }
+    if (line.empty()) continue;  // the record's final newline
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) throw Error(Code::kInvalidArgument, "config: bad line '" + line + "' (no '=')");
+    const std::string key = line.substr(0, eq);
+    const size_t i = fieldIndex(key);
+    if (seen[i]) throw Error(Code::kInvalidArgument, "config: key '" + key + "' appears twice");
+    seen[i] = true;
+    kFields[i].set(c, key, line.substr(eq + 1));
   }
-  if (c.size < 1) throw Error(Code::kInvalidArgument, "config: size must be >= 1");
-  if (c.rank < 0 || c.rank >= c.size) {
-    throw Error(Code::kInvalidArgument, "config: rank " + std::to_string(c.rank) +
-                                            " is outside [0, " + std::to_string(c.size) + ")");
-  }
-  if (c.transport != "auto" && c.transport != "shm" && c.transport != "tcp") {
-    throw Error(Code::kInvalidArgument, "config: transport must be auto, shm or tcp, got '" + c.transport + "'");
-  }
-  if (c.size > 1 && c.storePort <= 0) {
-    throw Error(Code::kInvalidArgument, "config: a job of several ranks needs the store port of rank 0");
-  }
+  checkComplete(seen);
   return c;
 }
 

@@ -1,6 +1,7 @@
-// The runtime's configuration. Python builds it once (arguments first, environment second; the
-// README has the one table of variables) and hands it over as "key=value" lines; the C++ side
-// never reads the environment.
+// The runtime's configuration, as a complete record. Python is the one place that knows the
+// settings' names, defaults, environment variables and checks (tfring/config.py); it hands C++
+// every key, one "key=value" per line. C++ only parses: it holds no defaults and checks no ranges,
+// so a setting cannot mean one thing in Python and another here.
 #pragma once
 
 #include <cstddef>
@@ -9,22 +10,26 @@
 namespace tfring {
 
 struct Config {
-  int rank = 0;
-  int size = 1;
-  int localRank = 0;
-  int localSize = 1;
-  std::string storeHost = "127.0.0.1";
-  int storePort = 0;          // rank 0 serves the store here (0 with size > 1: invalid)
-  std::string secret;         // job secret for the store's HMAC
-  std::string jobId = "tfring";
-  std::string advertiseHost;  // address other ranks use to reach us ("" -> auto)
-  double rendezvousTimeout = 120.0;
-  double collectiveTimeout = 60.0;
-  std::string transport = "auto";  // auto | shm | tcp
-  bool singleCopy = true;          // shm: let neighbours read our buffers with process_vm_readv
-  size_t fusionThresholdBytes = size_t{64} << 20;
+  int rank = 0;                     // rank
+  int size = 0;                     // size
+  int localRank = 0;                // local_rank
+  int localSize = 0;                // local_size
+  std::string storeHost;            // store_host: where rank 0 serves the rendezvous store
+  int storePort = 0;                // store_port
+  std::string secret;               // secret: the job secret for every HMAC
+  std::string jobId;                // job_id
+  std::string advertiseHost;        // advertise_host: how other hosts reach us ("" -> auto)
+  double rendezvousTimeout = 0;     // rendezvous_timeout, seconds for all ranks to join
+  double collectiveTimeout = 0;     // timeout, seconds a collective may stall
+  std::string transport;            // transport: auto | shm | tcp
+  bool singleCopy = false;          // single_copy: shm reads neighbours' buffers with process_vm_readv
+  size_t fusionThresholdBytes = 0;  // fusion_threshold_bytes
+  double storeRequestTimeout = 0;   // store_request_timeout: seconds per request to the store
+  double storeAuthTimeout = 0;      // store_auth_timeout: seconds a store client has to authenticate
+  double storeFrameTimeout = 0;     // store_frame_timeout: seconds to finish a store frame once begun
 
-  // Parses "key=value" lines; throws Error(kInvalidArgument) naming an unknown key or a bad value.
+  // Parses the record; throws Error(kInvalidArgument) naming a missing, unknown or repeated key, or
+  // a value that is not of its key's type.
   static Config parse(const std::string& text);
   std::string describe() const;
 };

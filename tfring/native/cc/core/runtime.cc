@@ -1,6 +1,6 @@
 #include "runtime.h"
 
-#include "bootstrap.h"
+#include "rendezvous/bootstrap.h"
 
 namespace tfring {
 namespace {
@@ -13,14 +13,25 @@ std::string storeListenHost(const Config& c) {
 }
 
 std::shared_ptr<Runtime> gRuntime;
+
+TcpStoreServer::Limits storeLimits(const Config& c) {
+  TcpStoreServer::Limits limits;
+  limits.authTimeout = c.storeAuthTimeout;
+  limits.frameTimeout = c.storeFrameTimeout;
+  return limits;
+}
+
 }  // namespace
 
 Runtime::Runtime(const Config& config) : config_(config) {
   std::unique_ptr<Transport> transport;
   if (config.size > 1) {
-    if (config.rank == 0) server_ = std::make_unique<TcpStoreServer>(storeListenHost(config), config.storePort, config.secret);
+    if (config.rank == 0) {
+      server_ = std::make_unique<TcpStoreServer>(storeListenHost(config), config.storePort, config.secret,
+                                                 storeLimits(config));
+    }
     auto client = std::make_shared<TcpStore>(config.storeHost, config.storePort, config.secret,
-                                             Deadline::after(config.rendezvousTimeout));
+                                             config.storeRequestTimeout, Deadline::after(config.rendezvousTimeout));
     store_ = std::make_shared<PrefixStore>(config.jobId, client);
     transport = connectRing(config, *store_);
   }

@@ -6,9 +6,9 @@
 #include <mutex>
 
 #include "config.h"
-#include "engine.h"
-#include "store.h"
-#include "tcp_store.h"
+#include "engine/engine.h"
+#include "rendezvous/store.h"
+#include "rendezvous/tcp_store.h"
 
 namespace tfring {
 

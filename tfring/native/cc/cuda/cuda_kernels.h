@@ -13,8 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../core/common.h"
-#include "../core/lars.h"
+#include "algorithms/lars.h"
+#include "data_type.h"
 
 namespace tfring {
 namespace cuda {

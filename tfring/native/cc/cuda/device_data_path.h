@@ -15,8 +15,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "../core/common.h"
-#include "../core/engine.h"
+#include "common.h"
+#include "engine/engine.h"
 
 namespace tfring {
 namespace cuda {

@@ -29,6 +29,7 @@ ReduceOp parseReduceOp(const std::string& s) {
 
 absl::Status toTf(const Status& s) {
   switch (s.code) {
+    case Code::kOk: return absl::OkStatus();
     case Code::kInvalidArgument: return tensorflow::errors::InvalidArgument(s.message);
     case Code::kUnavailable: return tensorflow::errors::Unavailable(s.message);
     case Code::kDeadlineExceeded: return tensorflow::errors::DeadlineExceeded(s.message);
@@ -70,7 +71,7 @@ std::shared_ptr<Runtime> runtimeOrFail(OpKernelContext* ctx) {
 
 std::function<void(const Status&)> finisher(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done) {
   return [ctx, done](const Status& s) {
-    if (!s.ok) ctx->SetStatus(toTf(s));
+    if (!s.ok()) ctx->SetStatus(toTf(s));
     done();
   };
 }

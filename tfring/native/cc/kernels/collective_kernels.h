@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "../core/runtime.h"
 
 namespace tfring {
 

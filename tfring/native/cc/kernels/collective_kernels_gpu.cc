@@ -10,10 +10,10 @@
 
 #include <memory>
 
+#include "../cuda/pinned_staging.h"
 #include "collective_kernels.h"
 #include "tensorflow/core/platform/errors.h"
 #include "xla/stream_executor/stream.h"
-#include "../cuda/pinned_staging.h"
 
 namespace tfring {
 namespace {

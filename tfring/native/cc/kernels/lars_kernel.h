@@ -5,12 +5,12 @@
 
 #include <algorithm>
 
+#include "algorithms/lars.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/errors.h"
-#include "../core/lars.h"
 
 namespace tfring {
 

@@ -7,9 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include "../cuda/cuda_kernels.h"
 #include "lars_kernel.h"
 #include "xla/stream_executor/stream.h"
-#include "../cuda/cuda_kernels.h"
 
 namespace tfring {
 namespace {

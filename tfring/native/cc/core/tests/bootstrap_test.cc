@@ -5,13 +5,14 @@
 #include <sstream>
 #include <vector>
 
-#include "../bootstrap.h"
-#include "../allreduce_ring.h"
-#include "../hmac.h"
-#include "../socket.h"
-#include "../store.h"
-#include "ring_helpers.h"
-#include "test_framework.h"
+#include "algorithms/allreduce_ring.h"
+#include "rendezvous/bootstrap.h"
+#include "rendezvous/rank_gather.h"
+#include "rendezvous/hmac.h"
+#include "rendezvous/store.h"
+#include "tests/ring_helpers.h"
+#include "tests/test_framework.h"
+#include "transport/socket.h"
 
 using namespace tfring;
 using namespace tfring_test;

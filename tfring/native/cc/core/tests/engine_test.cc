@@ -1,7 +1,7 @@
 // The engine: fusion, validation across ranks, staged (device) tensors, and the failure paths
 // (dead or stalled peer).
-#include "../engine.h"
-#include "ring_helpers.h"
+#include "engine/engine.h"
+#include "tests/ring_helpers.h"
 
 using namespace tfring;
 using namespace tfring_test;
@@ -28,7 +28,7 @@ void withEngines(int size, const Mode& m, const std::function<void(Config&)>& tw
     Config c = rankConfig(r, size, m, job);
     tweak(c);
     auto ps = std::make_shared<PrefixStore>(job, store);
-    Engine e(c, connectRing(c, *ps), ps);
+    Engine e(c, connectRing(c, *ps, hostOf(m, r)), ps);
     fn(r, e);
     storeBarrier(*ps, "test-end", r, size, Deadline::after(30));
   });
@@ -45,7 +45,7 @@ TEST(engine_fuses_thousand_small_tensors_at_every_threshold) {
                     for (size_t i = 0; i < 256; ++i) ts[k][i] = static_cast<float>(rank + k + i);
                   }
                   Status s = call(e, allreduceOf(ts, ReduceOp::kMean));
-                  CHECK(s.ok);
+                  CHECK(s.ok());
                   for (size_t k = 0; k < ts.size(); ++k) {
                     for (size_t i = 0; i < 256; i += 51) CHECK_EQ(ts[k][i], static_cast<float>(k + i) + 0.5f);
                   }
@@ -60,7 +60,7 @@ TEST(engine_mixes_packed_and_in_place_tensors) {
                                           std::vector<float>(0), std::vector<float>(65535),
                                           std::vector<float>(65536), std::vector<float>(3)};
     for (auto& t : ts) std::fill(t.begin(), t.end(), static_cast<float>(rank + 1));
-    CHECK(call(e, allreduceOf(ts)).ok);
+    CHECK(call(e, allreduceOf(ts)).ok());
     for (auto& t : ts) {
       for (float v : t) CHECK_EQ(v, 6.0f);
     }
@@ -72,16 +72,16 @@ TEST(engine_mismatched_shapes_fail_every_rank_then_recover) {
     withEngines(2, m, [](Config&) {}, [&](int rank, Engine& e) {
       std::vector<std::vector<float>> ts = {std::vector<float>(5), std::vector<float>(rank ? 4 : 3)};
       Status s = call(e, allreduceOf(ts));
-      CHECK(!s.ok);
+      CHECK(!s.ok());
       CHECK(s.code == Code::kInvalidArgument);
       CHECK(s.message.find("tensor 1 has shape [3] on rank 0 but [4] on rank 1") != std::string::npos);
       std::vector<std::vector<float>> counts(rank ? 2 : 1, std::vector<float>(2));
       s = call(e, allreduceOf(counts));
-      CHECK(!s.ok);
+      CHECK(!s.ok());
       CHECK(s.message.find("tensors=1") != std::string::npos);
       // The ring is still in step: a matching call works.
       std::vector<std::vector<float>> good = {std::vector<float>(4, 1.0f)};
-      CHECK(call(e, allreduceOf(good)).ok);
+      CHECK(call(e, allreduceOf(good)).ok());
       CHECK_EQ(good[0][3], 2.0f);
     });
   }
@@ -92,7 +92,7 @@ TEST(engine_mismatched_dtype_and_op) {
     std::vector<std::vector<float>> ts = {std::vector<float>(4)};
     Request r = allreduceOf(ts, rank ? ReduceOp::kMax : ReduceOp::kSum);
     Status s = call(e, std::move(r));
-    CHECK(!s.ok);
+    CHECK(!s.ok());
     CHECK(s.message.find("op=sum") != std::string::npos && s.message.find("op=max") != std::string::npos);
     // Each side's op name is quoted, so a message can tell what each rank was doing.
     CHECK(s.message.find("('grads') but rank 1") != std::string::npos);
@@ -114,7 +114,7 @@ TEST(engine_allgather_and_broadcast) {
       gathered.resize(static_cast<size_t>(rows) * 2);
       return gathered.data();
     };
-    CHECK(call(e, std::move(g)).ok);
+    CHECK(call(e, std::move(g)).ok());
     CHECK_EQ(gathered.size(), size_t{6});
     CHECK_EQ(gathered[0], 1);
     CHECK_EQ(gathered[5], 2);
@@ -125,7 +125,7 @@ TEST(engine_allgather_and_broadcast) {
     br.type = DataType::kFloat64;
     br.root = 2;
     br.tensors.push_back({b.data(), b.data(), b.size() * 8, {1000}});
-    CHECK(call(e, std::move(br)).ok);
+    CHECK(call(e, std::move(br)).ok());
     CHECK_EQ(b[999], 7.5);
   });
 }
@@ -138,7 +138,7 @@ TEST(engine_dead_peer_fails_fast_with_its_rank) {
       Config c = rankConfig(r, 3, m, job);
       c.collectiveTimeout = 20;
       auto ps = std::make_shared<PrefixStore>(job, store);
-      auto transport = connectRing(c, *ps);
+      auto transport = connectRing(c, *ps, hostOf(m, r));
       if (r == 1) {
         // Rank 1 "dies": its connections close without a word.
         transport.reset();
@@ -149,14 +149,14 @@ TEST(engine_dead_peer_fails_fast_with_its_rank) {
       std::vector<std::vector<float>> ts = {std::vector<float>(1 << 20, 1.0f)};
       Status s = call(e, allreduceOf(ts));
       double took = std::chrono::duration<double>(Clock::now() - start).count();
-      CHECK(!s.ok);
+      CHECK(!s.ok());
       CHECK(s.code == Code::kUnavailable);
       CHECK(took < 10);
       // Rank 2 hears from rank 1 directly; rank 0 either directly or through the store's abort note.
       CHECK(s.message.find("rank 1") != std::string::npos);
       // Every later collective fails at once with the same reason.
       Status again = call(e, allreduceOf(ts));
-      CHECK(!again.ok && again.message == s.message);
+      CHECK(!again.ok() && again.message == s.message);
     });
   }
 }
@@ -172,7 +172,7 @@ TEST(engine_stalled_peer_times_out) {
       auto start = Clock::now();
       Status s = call(e, allreduceOf(ts));
       double took = std::chrono::duration<double>(Clock::now() - start).count();
-      CHECK(!s.ok);
+      CHECK(!s.ok());
       CHECK(s.message.find("timed out waiting for rank 1") != std::string::npos);
       CHECK(took >= 0.9 && took < 5);
     });
@@ -216,7 +216,7 @@ TEST(engine_staged_tensors_reduce_piece_by_piece) {
       r.op = ReduceOp::kMean;
       for (auto& t : ts) r.tensors.push_back({nullptr, nullptr, t.size() * 4, {static_cast<int64_t>(t.size())}});
       r.staged = stageThrough(&ts, 4000);
-      CHECK(call(e, std::move(r)).ok);
+      CHECK(call(e, std::move(r)).ok());
       const float mean = (size + 1) / 2.0f;  // of 1..size
       for (auto& t : ts) {
         for (size_t i = 0; i < t.size(); ++i) CHECK_EQ(t[i], mean * static_cast<float>(i % 7));
@@ -229,7 +229,7 @@ TEST(engine_staged_tensors_reduce_piece_by_piece) {
       br.root = size - 1;
       br.tensors.push_back({nullptr, nullptr, 3001 * 4, {3001}});
       br.staged = stageThrough(&b, 1024);
-      CHECK(call(e, std::move(br)).ok);
+      CHECK(call(e, std::move(br)).ok());
       CHECK_EQ(b[0][0], static_cast<float>(size - 1));
       CHECK_EQ(b[0][3000], static_cast<float>(size - 1));
     });
@@ -244,17 +244,17 @@ TEST(engine_staged_failure_and_unsupported_kind_are_errors) {
     r.tensors.push_back({nullptr, nullptr, 16, {4}});
     r.staged = [](const HostCollective&) { throw Error(Code::kInternal, "cudaMemcpyAsync: an illegal address"); };
     Status s = call(e, std::move(r));
-    CHECK(!s.ok && s.message.find("illegal address") != std::string::npos);
+    CHECK(!s.ok() && s.message.find("illegal address") != std::string::npos);
     Request g;
     g.kind = OpKind::kAllgather;
     g.name = "gather-device";
     g.tensors.push_back({nullptr, nullptr, 16, {4}});
     g.staged = [](const HostCollective&) {};
     s = call(e, std::move(g));
-    CHECK(!s.ok && s.code == Code::kInvalidArgument && s.message.find("only allreduce and broadcast") != std::string::npos);
+    CHECK(!s.ok() && s.code == Code::kInvalidArgument && s.message.find("only allreduce and broadcast") != std::string::npos);
     // The engine is still usable.
     std::vector<std::vector<float>> ok = {std::vector<float>(3, 2.0f)};
-    CHECK(call(e, allreduceOf(ok)).ok);
+    CHECK(call(e, allreduceOf(ok)).ok());
   });
 }
 

@@ -3,9 +3,9 @@
 #include <random>
 #include <vector>
 
-#include "../lars.h"
-#include "../reduce.h"
-#include "test_framework.h"
+#include "algorithms/lars.h"
+#include "algorithms/reduce.h"
+#include "tests/test_framework.h"
 
 using namespace tfring;
 

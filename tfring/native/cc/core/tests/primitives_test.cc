@@ -1,10 +1,11 @@
-// SHA-256 / HMAC vectors, 16-bit float conversions and the typed reductions.
+// SHA-256 / HMAC vectors, 16-bit float conversions, the typed reductions and the error codes.
 #include <cmath>
 #include <cstring>
 
-#include "../hmac.h"
-#include "../reduce.h"
-#include "test_framework.h"
+#include "algorithms/reduce.h"
+#include "error_code.h"
+#include "rendezvous/hmac.h"
+#include "tests/test_framework.h"
 
 using namespace tfring;
 
@@ -106,4 +107,17 @@ TEST(min_max_propagate_nan_on_either_side) {
   uint16_t ba[2] = {floatToBfloat16(nan), floatToBfloat16(1.0f)}, bb[2] = {floatToBfloat16(5.0f), floatToBfloat16(nan)}, bout[2];
   reduceInto(bout, ba, bb, 2, DataType::kBFloat16, ReduceOp::kMax);
   CHECK(std::isnan(bfloat16ToFloat(bout[0])) && std::isnan(bfloat16ToFloat(bout[1])));
+}
+
+TEST(error_codes_have_stable_values_and_names) {
+  // The C API returns these values and Python maps the names to exceptions: never renumber.
+  CHECK_EQ(static_cast<int>(Code::kOk), 0);
+  CHECK_EQ(std::string(codeName(Code::kOk)), std::string("OK"));
+  CHECK_EQ(std::string(codeName(1)), std::string("INVALID_ARGUMENT"));
+  CHECK_EQ(std::string(codeName(2)), std::string("UNAVAILABLE"));
+  CHECK_EQ(std::string(codeName(3)), std::string("DEADLINE_EXCEEDED"));
+  CHECK_EQ(std::string(codeName(4)), std::string("FAILED_PRECONDITION"));
+  CHECK_EQ(std::string(codeName(Code::kInternal)), std::string("INTERNAL"));
+  CHECK_EQ(std::string(codeName(6)), std::string("UNKNOWN"));
+  CHECK_EQ(std::string(codeName(-1)), std::string("UNKNOWN"));
 }

@@ -11,11 +11,13 @@
 #include <future>
 #include <memory>
 
-#include "../bootstrap.h"
-#include "../engine.h"
-#include "../reduce.h"
-#include "../store.h"
-#include "test_framework.h"
+#include "algorithms/reduce.h"
+#include "engine/engine.h"
+#include "rendezvous/bootstrap.h"
+#include "rendezvous/rank_gather.h"
+#include "rendezvous/store.h"
+#include "tests/test_config.h"
+#include "tests/test_framework.h"
 
 namespace tfring_test {
 
@@ -23,22 +25,28 @@ struct Mode {
   const char* transport;
   bool singleCopy;
   const char* label;
+  // > 0: rank r runs on "host" r / ranksPerHost, so that links between hosts are TCP and the
+  // others shared memory (transport=auto); 0: every rank on this machine.
+  int ranksPerHost = 0;
 };
 
+// The last mode mixes link kinds in one ring once it has 3 ranks or more (2: both on one host).
 inline std::vector<Mode> allModes() {
-  return {{"tcp", false, "tcp"}, {"shm", true, "shm-single-copy"}, {"shm", false, "shm-eager"}};
+  return {{"tcp", false, "tcp"},
+          {"shm", true, "shm-single-copy"},
+          {"shm", false, "shm-eager"},
+          {"auto", true, "shm-and-tcp", 2}};
+}
+
+// Rank r's host identity under `m`.
+inline std::string hostOf(const Mode& m, int rank) {
+  return m.ranksPerHost > 0 ? "host" + std::to_string(rank / m.ranksPerHost) : tfring::localHostIdentity();
 }
 
 inline tfring::Config rankConfig(int rank, int size, const Mode& m, const std::string& job) {
-  tfring::Config c;
-  c.rank = rank;
-  c.size = size;
-  c.jobId = job;
-  c.secret = "test-secret";
+  tfring::Config c = testConfig(rank, size, job);
   c.transport = m.transport;
   c.singleCopy = m.singleCopy;
-  c.rendezvousTimeout = 30;
-  c.collectiveTimeout = 30;
   return c;
 }
 
@@ -55,7 +63,7 @@ inline void withRing(int size, const Mode& m,
   spawn(size, [&](int r) {
     tfring::Config c = rankConfig(r, size, m, job);
     tfring::PrefixStore ps(job, store);
-    auto t = tfring::connectRing(c, ps);
+    auto t = tfring::connectRing(c, ps, hostOf(m, r));
     fn(r, t.get(), c);
     // Keep every transport alive until all ranks are done with their last step.
     tfring::storeBarrier(ps, "test-end", r, size, tfring::Deadline::after(30));

@@ -1,10 +1,10 @@
 // Every algorithm x transport x rank count x element count x dtype x reduce op, on thread-ranks.
 #include <numeric>
 
-#include "../allgather_ring.h"
-#include "../allreduce_ring.h"
-#include "../broadcast_ring.h"
-#include "ring_helpers.h"
+#include "algorithms/allgather_ring.h"
+#include "algorithms/allreduce_ring.h"
+#include "algorithms/broadcast_ring.h"
+#include "tests/ring_helpers.h"
 
 using namespace tfring;
 using namespace tfring_test;

@@ -6,11 +6,15 @@
 #include <random>
 #include <vector>
 
-#include "../store.h"
-#include "../tcp_store.h"
-#include "test_framework.h"
+#include "rendezvous/store.h"
+#include "rendezvous/store_frame.h"
+#include "rendezvous/tcp_store.h"
+#include "tests/test_config.h"
+#include "tests/test_framework.h"
 
 using namespace tfring;
+using tfring_test::kStoreRequestTimeout;
+using tfring_test::storeLimits;
 
 namespace {
 
@@ -45,15 +49,15 @@ TEST(prefix_store_contract) {
 }
 
 TEST(tcp_store_contract) {
-  TcpStoreServer server("127.0.0.1", 0, "secret");
-  TcpStore s("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  TcpStoreServer server("127.0.0.1", 0, "secret", storeLimits());
+  TcpStore s("127.0.0.1", server.port(), "secret", kStoreRequestTimeout, Deadline::after(5));
   storeContract(s);
 }
 
 TEST(tcp_store_get_waits_for_another_client) {
-  TcpStoreServer server("127.0.0.1", 0, "secret");
+  TcpStoreServer server("127.0.0.1", 0, "secret", storeLimits());
   tfring_test::spawn(2, [&](int r) {
-    TcpStore s("127.0.0.1", server.port(), "secret", Deadline::after(5));
+    TcpStore s("127.0.0.1", server.port(), "secret", kStoreRequestTimeout, Deadline::after(5));
     if (r == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(700));  // longer than one server wait slice
       s.set("late", "here");
@@ -64,14 +68,14 @@ TEST(tcp_store_get_waits_for_another_client) {
 }
 
 TEST(tcp_store_refuses_wrong_secret) {
-  TcpStoreServer server("127.0.0.1", 0, "right");
-  CHECK_THROWS(TcpStore("127.0.0.1", server.port(), "wrong", Deadline::after(5)), "store");
+  TcpStoreServer server("127.0.0.1", 0, "right", storeLimits());
+  CHECK_THROWS(TcpStore("127.0.0.1", server.port(), "wrong", kStoreRequestTimeout, Deadline::after(5)), "store");
   for (int i = 0; i < 50 && server.refusedCount() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK_EQ(server.refusedCount(), 1);
   // The right secret still works afterwards.
-  TcpStore ok("127.0.0.1", server.port(), "right", Deadline::after(5));
+  TcpStore ok("127.0.0.1", server.port(), "right", kStoreRequestTimeout, Deadline::after(5));
   ok.set("k", "v");
 }
 
@@ -80,7 +84,23 @@ TEST(tcp_store_connect_times_out) {
   Socket probe = Socket::listen("127.0.0.1", 0);
   int port = probe.port();
   probe.close();
-  CHECK_THROWS(TcpStore("127.0.0.1", port, "s", Deadline::after(0.5)), "cannot reach the store");
+  CHECK_THROWS(TcpStore("127.0.0.1", port, "s", kStoreRequestTimeout, Deadline::after(0.5)), "cannot reach the store");
+}
+
+TEST(tcp_store_request_gives_up_after_the_configured_timeout) {
+  // A "server" that greets with a nonce and then never answers: each request waits
+  // store_request_timeout seconds (here 0.3), not a built-in minute.
+  Socket listener = Socket::listen("127.0.0.1", 0);
+  std::thread silent([&] {
+    Socket s = listener.accept(Deadline::after(5));
+    std::string nonce(kNonceBytes, 'n');
+    s.sendAll(nonce.data(), nonce.size(), Deadline::after(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  });
+  const auto start = Clock::now();
+  CHECK_THROWS(TcpStore("127.0.0.1", listener.port(), "s", 0.3, Deadline::after(5)), "timed out");
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 1.2);
+  silent.join();
 }
 
 // ---- Hostile clients (issue 11): churn, idle and oversized connections must not hurt the server.
@@ -111,8 +131,8 @@ bool closedWithin(const Socket& s, double seconds) {
 }  // namespace
 
 TEST(tcp_store_survives_connection_churn) {
-  TcpStoreServer server("127.0.0.1", 0, "secret");
-  TcpStore client("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  TcpStoreServer server("127.0.0.1", 0, "secret", storeLimits());
+  TcpStore client("127.0.0.1", server.port(), "secret", kStoreRequestTimeout, Deadline::after(5));
   const double before = vmMiB();
   for (int i = 0; i < 3000; ++i) {
     Socket s = Socket::connect("127.0.0.1", server.port(), Deadline::after(5));
@@ -124,18 +144,18 @@ TEST(tcp_store_survives_connection_churn) {
 }
 
 TEST(tcp_store_refuses_a_huge_frame_before_reading_it) {
-  TcpStoreServer server("127.0.0.1", 0, "secret");
+  TcpStoreServer server("127.0.0.1", 0, "secret", storeLimits());
   for (uint32_t len : {uint32_t{60} << 20, uint32_t{1} << 30, ~uint32_t{0}}) {
     Socket s = Socket::connect("127.0.0.1", server.port(), Deadline::after(5));
     s.sendAll(&len, 4, Deadline::after(5));
     CHECK(closedWithin(s, 2.0));  // not held open waiting for a payload it will never accept
   }
-  TcpStore ok("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  TcpStore ok("127.0.0.1", server.port(), "secret", kStoreRequestTimeout, Deadline::after(5));
   ok.set("k", "v");
 }
 
 TEST(tcp_store_bounds_idle_unauthenticated_connections) {
-  TcpStoreServer::Limits limits;
+  TcpStoreServer::Limits limits = storeLimits();
   limits.authTimeout = 0.5;
   limits.maxUnauthenticated = 16;
   TcpStoreServer server("127.0.0.1", 0, "secret", limits);
@@ -145,13 +165,13 @@ TEST(tcp_store_bounds_idle_unauthenticated_connections) {
   CHECK(closedWithin(idle.front(), 0.4));
   CHECK(closedWithin(idle.back(), 3.0));
   // A half-sent frame on an authenticated-looking connection times out too; the store serves on.
-  TcpStore ok("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  TcpStore ok("127.0.0.1", server.port(), "secret", kStoreRequestTimeout, Deadline::after(5));
   ok.set("k", "v");
   CHECK_EQ(ok.get("k", Deadline::after(2)), std::string("v"));
 }
 
 TEST(tcp_store_survives_random_bytes) {
-  TcpStoreServer server("127.0.0.1", 0, "secret");
+  TcpStoreServer server("127.0.0.1", 0, "secret", storeLimits());
   std::mt19937 rng(7);
   for (int i = 0; i < 300; ++i) {
     Socket s = Socket::connect("127.0.0.1", server.port(), Deadline::after(5));
@@ -164,6 +184,6 @@ TEST(tcp_store_survives_random_bytes) {
     }
   }
   CHECK(server.refusedCount() > 0);
-  TcpStore ok("127.0.0.1", server.port(), "secret", Deadline::after(5));
+  TcpStore ok("127.0.0.1", server.port(), "secret", kStoreRequestTimeout, Deadline::after(5));
   CHECK_EQ(ok.add("n", 1), 1);
 }

@@ -1,6 +1,6 @@
 #include <chrono>
 
-#include "test_framework.h"
+#include "tests/test_framework.h"
 
 int main(int argc, char** argv) {
   std::string filter = argc > 1 ? argv[1] : "";

@@ -17,9 +17,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../core/lars.h"
-#include "../../core/reduce.h"
 #include "../cuda_kernels.h"
+#include "algorithms/lars.h"
+#include "algorithms/reduce.h"
 
 using namespace tfring;
 

@@ -10,9 +10,9 @@
 
 #include <numeric>
 
-#include "../../core/engine.h"
-#include "../../core/tests/ring_helpers.h"
 #include "../pinned_staging.h"
+#include "engine/engine.h"
+#include "tests/ring_helpers.h"
 
 using namespace tfring;
 using namespace tfring_test;
@@ -202,7 +202,7 @@ TEST(staging_engine_ring_on_gpu_tensors) {
         const Deadline deadline = Deadline::after(60);
         r.staged = [&](const HostCollective& collective) { staging.run(device, 4, stream, collective, deadline); };
         Status s = call(engine, std::move(r));
-        CHECK(s.ok);
+        CHECK(s.ok());
         const float mean = 10.0f * (size + 1) / 2.0f;
         for (size_t k = 0; k < sizes.size(); ++k) {
           std::vector<float> got = ts[k]->download();
@@ -220,7 +220,7 @@ TEST(staging_engine_ring_on_gpu_tensors) {
         br.staged = [&](const HostCollective& collective) {
           staging.run({{b.ptr, b.ptr, b.count * 4}}, 4, stream, collective, deadline);
         };
-        CHECK(call(engine, std::move(br)).ok);
+        CHECK(call(engine, std::move(br)).ok());
         std::vector<float> got = b.download();
         CHECK_EQ(got[0], 1.0f);
         CHECK_EQ(got[300000], 1.0f + static_cast<float>(300000 % 1000));

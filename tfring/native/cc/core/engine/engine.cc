@@ -1,0 +1,199 @@
+#include "engine/engine.h"
+
+#include <cstring>
+
+#include "algorithms/allgather_ring.h"
+#include "algorithms/allreduce_ring.h"
+#include "algorithms/broadcast_ring.h"
+#include "engine/fusion_plan.h"
+#include "engine/request_digest.h"
+
+namespace tfring {
+
+Engine::Engine(const Config& config, std::unique_ptr<Transport> transport, std::shared_ptr<Store> store)
+    : config_(config), transport_(std::move(transport)), store_(std::move(store)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (transport_) transport_->abort();  // unblocks a collective still waiting on a peer
+  thread_.join();
+}
+
+std::string Engine::transportName() const { return transport_ ? transport_->name() : "none (1 rank)"; }
+
+void Engine::enqueue(Request request) {
+  Status failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok() && !stop_) {
+      queue_.push_back(std::move(request));
+      cv_.notify_one();
+      return;
+    }
+    failed = failure_.ok() ? Status::error(Code::kFailedPrecondition, "tfring was shut down") : failure_;
+  }
+  request.done(failed);
+}
+
+void Engine::loop() {
+  for (;;) {
+    Request r;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      r = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Status failed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed = failure_;
+      if (stop_ && failed.ok()) failed = Status::error(Code::kFailedPrecondition, "tfring was shut down");
+    }
+    if (!failed.ok()) {
+      r.done(failed);
+      continue;
+    }
+    execute(r);
+  }
+}
+
+void Engine::execute(Request& r) {
+  const Deadline deadline = Deadline::after(config_.collectiveTimeout);
+  try {
+    if (config_.size > 1) {
+      checkRanksAgree(transport_.get(), config_.rank, config_.size, r, config_.fusionThresholdBytes, deadline);
+    }
+    if (r.staged) {
+      staged(r, deadline);
+      r.done(Status());
+      return;
+    }
+    switch (r.kind) {
+      case OpKind::kAllreduce:
+        allreduce(r, deadline);
+        break;
+      case OpKind::kBroadcast:
+        broadcast(r, deadline);
+        break;
+      case OpKind::kAllgather:
+        allgather(r, deadline);
+        break;
+      case OpKind::kBarrier:
+        ringBarrier(transport_.get(), config_.size, deadline);
+        break;
+    }
+    r.done(Status());
+  } catch (const PeerError& e) {
+    r.done(fail(std::string("tfring.") + kindName(r.kind) + " '" + r.name + "' failed on rank " +
+                    std::to_string(config_.rank) + ": " + e.what(),
+                e.rank()));
+  } catch (const Error& e) {
+    r.done(Status::error(e.code(), e.what()));
+  } catch (const std::exception& e) {
+    r.done(Status::error(Code::kInternal, e.what()));
+  }
+}
+
+void Engine::allreduce(Request& r, Deadline d) {
+  for (const FusionPass& pass : planFusion(r.tensors, config_.fusionThresholdBytes)) {
+    if (fusion_.size() < pass.packBytes) fusion_.resize(pass.packBytes);
+    IoList in, out;
+    pass.pack(r.tensors, fusion_.data(), &in, &out);
+    ringAllreduce(transport_.get(), config_.size, in, out, r.type, r.op, d);
+    pass.unpack(r.tensors, fusion_.data());
+  }
+}
+
+void Engine::broadcast(Request& r, Deadline d) {
+  IoList data;
+  for (auto& t : r.tensors) {
+    if (t.in != t.out && t.bytes) std::memcpy(t.out, t.in, t.bytes);
+    data.push_back({t.out, t.bytes});
+  }
+  ringBroadcast(transport_.get(), config_.size, r.root, data, d);
+}
+
+void Engine::staged(Request& r, Deadline d) {
+  if (r.kind != OpKind::kAllreduce && r.kind != OpKind::kBroadcast) {
+    throw Error(Code::kInvalidArgument, std::string("tfring.") + kindName(r.kind) + " '" + r.name +
+                                            "': only allreduce and broadcast take staged (device) tensors");
+  }
+  r.staged([&](void* data, size_t bytes) {
+    IoList piece = {{data, bytes}};
+    if (r.kind == OpKind::kAllreduce) {
+      ringAllreduce(transport_.get(), config_.size, piece, piece, r.type, r.op, d);
+    } else {
+      ringBroadcast(transport_.get(), config_.size, r.root, piece, d);
+    }
+  });
+}
+
+void Engine::allgather(Request& r, Deadline d) {
+  const TensorRef& t = r.tensors.at(0);
+  const int64_t first = t.shape.empty() ? 1 : t.shape[0];
+  std::vector<int64_t> dims(config_.size, 0);
+  dims[config_.rank] = first;
+  ringAllgather(transport_.get(), config_.size, {{dims.data(), dims.size() * sizeof(int64_t)}},
+                std::vector<size_t>(config_.size, sizeof(int64_t)), d);
+  // Rows have the same size on every rank (validated above), computed from the trailing
+  // dimensions so that a rank with zero rows agrees too.
+  size_t rowBytes = dataTypeSize(r.type);
+  for (size_t q = 1; q < t.shape.size(); ++q) rowBytes *= static_cast<size_t>(t.shape[q]);
+  std::vector<size_t> blocks(config_.size);
+  size_t total = 0, mineAt = 0;
+  for (int k = 0; k < config_.size; ++k) {
+    blocks[k] = static_cast<size_t>(dims[k]) * rowBytes;
+    if (k < config_.rank) mineAt += blocks[k];
+    total += blocks[k];
+  }
+  std::string error;
+  void* out = r.allocate(dims, &error);
+  std::vector<uint8_t> scratch;
+  const bool allocFailed = !error.empty() || (out == nullptr && total > 0);
+  if (allocFailed) {
+    // Still take part in the exchange, so the other ranks are not left waiting.
+    scratch.resize(total);
+    out = scratch.data();
+  }
+  if (t.bytes) std::memcpy(static_cast<uint8_t*>(out) + mineAt, t.in, t.bytes);
+  ringAllgather(transport_.get(), config_.size, {{out, total}}, blocks, d);
+  if (allocFailed) throw Error(Code::kInternal, "allgather could not allocate its output: " + error);
+}
+
+Status Engine::fail(const std::string& what, int peer) {
+  std::string message = what;
+  if (store_) {
+    // Leave the first failure's reason for the other ranks, or read the one already there: a rank
+    // whose neighbour merely aborted learns which rank really failed.
+    try {
+      std::string prior;
+      if (store_->tryGet("abort", &prior)) {
+        message += " (first failure, reported by another rank: " + prior + ")";
+      } else {
+        store_->set("abort", what);
+      }
+    } catch (const std::exception&) {
+      if (peer != 0 && config_.rank != 0) message += " (the rendezvous store on rank 0 is gone too)";
+    }
+  }
+  if (transport_) transport_->abort();
+  std::deque<Request> pending;
+  Status status = Status::error(Code::kUnavailable, message);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failure_ = status;
+    pending.swap(queue_);
+  }
+  for (auto& q : pending) q.done(status);
+  return status;
+}
+
+}  // namespace tfring

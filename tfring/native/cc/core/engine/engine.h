@@ -1,0 +1,62 @@
+// The engine: one background thread per process that executes collectives strictly in the order
+// they were enqueued. The TF glue chains a graph's collectives with control dependencies, so every
+// rank enqueues the same collectives in the same order and no per-step negotiation is needed.
+//
+// Before moving data, each collective exchanges a digest of what every rank passed
+// (request_digest.h): ranks that disagree all fail that one collective with kInvalidArgument
+// naming the tensor and the shapes, and stay usable. A grouped allreduce is cut into fused passes
+// (fusion_plan.h). A peer that dies or stalls fails the collective with kUnavailable naming the
+// rank, and from then on every pending and future collective fails at once: the ring cannot heal,
+// and waiting would only hang.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+#include "config.h"
+#include "engine/request.h"
+#include "rendezvous/store.h"
+#include "status.h"
+#include "transport/transport.h"
+
+namespace tfring {
+
+class Engine {
+ public:
+  // `store` (may be null) is only used to leave and read the reason of a failure.
+  Engine(const Config& config, std::unique_ptr<Transport> transport, std::shared_ptr<Store> store);
+  ~Engine();
+  // Never blocks; `done` runs on the engine thread (or here, if the engine already failed).
+  void enqueue(Request request);
+  std::string transportName() const;
+
+ private:
+  void loop();
+  void execute(Request& r);
+  void allreduce(Request& r, Deadline d);
+  void broadcast(Request& r, Deadline d);
+  void staged(Request& r, Deadline d);
+  void allgather(Request& r, Deadline d);
+  // Records a fatal failure, aborts the transport and fails everything queued.
+  Status fail(const std::string& what, int peer);
+
+  Config config_;
+  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Store> store_;
+  std::vector<uint8_t> fusion_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request> queue_;
+  bool stop_ = false;
+  Status failure_;
+  std::thread thread_;
+};
+
+}  // namespace tfring

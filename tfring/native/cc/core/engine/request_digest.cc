@@ -1,0 +1,111 @@
+#include "engine/request_digest.h"
+
+#include <sstream>
+
+#include "algorithms/allgather_ring.h"
+#include "engine/fusion_plan.h"
+#include "rendezvous/hmac.h"
+
+namespace tfring {
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& shape, size_t from) {
+  std::string s = "[";
+  for (size_t i = from; i < shape.size(); ++i) {
+    if (i > from) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// One line for the call, one per tensor: what must agree across ranks.
+std::vector<std::string> describeLines(const Request& r) {
+  std::vector<std::string> lines;
+  std::ostringstream head;
+  head << kindName(r.kind) << " dtype=" << dataTypeName(r.type);
+  if (r.kind == OpKind::kAllreduce) head << " op=" << reduceOpName(r.op);
+  if (r.kind == OpKind::kBroadcast) head << " root=" << r.root;
+  head << " tensors=" << r.tensors.size();
+  lines.push_back(head.str());
+  for (const auto& t : r.tensors) {
+    if (r.kind != OpKind::kAllgather) {
+      lines.push_back(shapeText(t.shape, 0));
+    } else {  // the first dimension may differ; the rest must match
+      lines.push_back(t.shape.size() > 1 ? "[*, " + shapeText(t.shape, 1).substr(1) : "[*]");
+    }
+  }
+  return lines;
+}
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += l + "\n";
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+std::string mismatchMessage(const Request& r, const std::vector<std::string>& all) {
+  auto described = [](const std::string& text, std::string* name) {
+    auto lines = split(text);
+    if (!lines.empty() && lines.back().rfind("name: ", 0) == 0) {
+      *name = lines.back().substr(6);
+      lines.pop_back();
+    }
+    return lines;
+  };
+  std::string name0, namek;
+  auto first = described(all[0], &name0);
+  for (size_t k = 1; k < all.size(); ++k) {
+    auto other = described(all[k], &namek);
+    if (other == first) continue;
+    std::string prefix = std::string("tfring.") + kindName(r.kind) + " '" + r.name +
+                         "': ranks passed different inputs: ";
+    if (first[0] != other[0]) {
+      return prefix + "rank 0 called " + first[0] + " ('" + name0 + "') but rank " + std::to_string(k) + " called " +
+             other[0] + " ('" + namek + "') (if this is not a bug in the program, the ranks are out of step: did " +
+             "they run different numbers of steps, e.g. on datasets of different sizes?)";
+    }
+    for (size_t i = 1; i < first.size() && i < other.size(); ++i) {
+      if (first[i] != other[i] && first[i].rfind("passes:", 0) == 0) {
+        return prefix + "rank 0 cuts lists into " + first[i] + " but rank " + std::to_string(k) + " into " + other[i];
+      }
+      if (first[i] != other[i]) {
+        return prefix + "tensor " + std::to_string(i - 1) + " has shape " + first[i] + " on rank 0 but " +
+               other[i] + " on rank " + std::to_string(k);
+      }
+    }
+  }
+  return std::string("tfring.") + kindName(r.kind) + " '" + r.name + "': ranks passed different inputs";
+}
+
+
+std::string describeRequest(const Request& r, size_t fusionThresholdBytes) {
+  // The last line is how this rank cuts a list into passes: agreed at init, checked again here.
+  return join(describeLines(r)) + "passes: fusion_threshold_bytes=" + std::to_string(fusionThresholdBytes) +
+         " pack_below=" + std::to_string(kPackBelow) + "\n";
+}
+
+void checkRanksAgree(Transport* transport, int rank, int size, const Request& r, size_t fusionThresholdBytes,
+                     Deadline deadline) {
+  const std::string mine = describeRequest(r, fusionThresholdBytes);
+  std::vector<Digest> digests(size);
+  digests[rank] = sha256(mine.data(), mine.size());
+  ringAllgather(transport, size, {{digests.data(), digests.size() * sizeof(Digest)}},
+                std::vector<size_t>(size, sizeof(Digest)), deadline);
+  bool same = true;
+  for (const auto& dg : digests) same = same && dg == digests[0];
+  if (same) return;
+  auto all = allgatherStrings(transport, size, mine + "name: " + r.name + "\n", deadline);
+  throw Error(Code::kInvalidArgument, mismatchMessage(r, all));
+}
+
+}  // namespace tfring

@@ -1,0 +1,32 @@
+// The cross-rank check that runs before every collective moves data.
+//
+// Each rank describes its request in a few lines (kind, dtype, reduce op, root, tensor count and
+// shapes, and how lists are cut into fusion passes), and the ranks allgather a SHA-256 of it:
+// 32 bytes per rank around the ring, whatever the tensors' size. Only when the digests differ
+// do they exchange the descriptions themselves, so the error can name the tensor and both shapes.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "engine/request.h"
+#include "transport/transport.h"
+
+namespace tfring {
+
+// What must agree across ranks for `r`, one line each (fusionThresholdBytes decides the passes).
+std::string describeRequest(const Request& r, size_t fusionThresholdBytes);
+
+// The message for ranks that disagree: `all[k]` is rank k's describeRequest() followed by a line
+// "name: <op name>" (not digested: names only make the message clearer).
+std::string mismatchMessage(const Request& r, const std::vector<std::string>& all);
+
+// Throws Error(kInvalidArgument) naming the first difference when the ranks passed different
+// requests. Every rank sees the same digests and takes the same path, so the ring stays in step
+// and stays usable for the next collective.
+void checkRanksAgree(Transport* transport, int rank, int size, const Request& r, size_t fusionThresholdBytes,
+                     Deadline deadline);
+
+}  // namespace tfring

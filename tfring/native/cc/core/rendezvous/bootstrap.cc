@@ -1,0 +1,176 @@
+#include "rendezvous/bootstrap.h"
+
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <vector>
+
+#include "rendezvous/rank_gather.h"
+#include "transport/link_choice.h"
+#include "transport/ring_links.h"
+#include "transport/ring_transport.h"
+#include "transport/shm_transport.h"
+#include "transport/socket.h"
+#include "transport/tcp_transport.h"
+
+namespace tfring {
+namespace {
+
+// Bumped whenever the bytes on the wire change meaning: ranks of different builds refuse to mix.
+constexpr int kProtocolVersion = 2;
+
+struct Neighbours {
+  int left, right;
+  explicit Neighbours(const Config& c) : left((c.rank + c.size - 1) % c.size), right((c.rank + 1) % c.size) {}
+};
+
+// The settings that decide how a collective is cut into messages: ranks must agree on every one.
+std::string wireSettings(const Config& c) {
+  std::ostringstream s;
+  s << "protocol=" << kProtocolVersion << "\ntransport=" << c.transport << "\nsingle_copy=" << c.singleCopy
+    << "\nfusion_threshold_bytes=" << c.fusionThresholdBytes << "\n";
+  return s.str();
+}
+
+void agreeOnSettings(Store& store, const Config& c, Deadline deadline) {
+  store.set("settings/" + std::to_string(c.rank), wireSettings(c));
+  auto all = gatherFromRanks(store, c, "join", [](int r) { return "settings/" + std::to_string(r); }, deadline);
+  for (int r = 1; r < c.size; ++r) {
+    std::istringstream mine(all[0]), theirs(all[r]);
+    std::string a, b;
+    while (std::getline(mine, a) && std::getline(theirs, b)) {
+      if (a == b) continue;
+      throw Error(Code::kInvalidArgument,
+                  "rendezvous: rank " + std::to_string(r) + " runs with " + b + " but rank 0 with " + a +
+                      ": every rank must use the same value (pass the same TFRING_* variables and tfring "
+                      "arguments to every rank, e.g. mpirun -x TFRING_FUSION_THRESHOLD)");
+    }
+  }
+}
+
+// One host (the launcher says every rank is local): listen on loopback only.
+std::string listenHost(const Config& c) {
+  if (c.localSize == c.size) return "127.0.0.1";
+  return c.advertiseHost.empty() ? defaultHostAddress() : c.advertiseHost;
+}
+
+void publishEndpoint(Store& store, const Config& c, const Endpoint& e) {
+  store.set("addr/" + std::to_string(c.rank),
+            e.host + " " + std::to_string(e.port) + " " + e.machine + " " + std::to_string(e.pid));
+}
+
+std::vector<Endpoint> gatherEndpoints(Store& store, const Config& c, Deadline deadline) {
+  auto addrs = gatherFromRanks(store, c, "publish its address", [](int r) { return "addr/" + std::to_string(r); },
+                               deadline);
+  std::vector<Endpoint> ring(c.size);
+  for (int r = 0; r < c.size; ++r) {
+    std::istringstream in(addrs[r]);
+    in >> ring[r].host >> ring[r].port >> ring[r].machine >> ring[r].pid;
+  }
+  return ring;
+}
+
+RingLinks linkSockets(const Config& c, const Socket& listener, const Endpoint& right, Deadline deadline) {
+  try {
+    return linkNeighbours(c, listener, right.host, right.port, deadline);
+  } catch (const Error& e) {
+    throw Error(Code::kDeadlineExceeded, "rendezvous: could not link rank " + std::to_string(c.rank) +
+                                             " with its ring neighbours within " +
+                                             std::to_string(static_cast<int>(c.rendezvousTimeout)) + " s: " + e.what());
+  }
+}
+
+// This rank's segment and those of its shared-memory neighbours (null where a link is TCP).
+struct ShmSegments {
+  std::shared_ptr<ShmSegment> mine;
+  std::unique_ptr<ShmSegment> left, right;
+  const uint64_t* leftProbe = nullptr;  // the left neighbour's probe word, in its address space
+};
+
+std::string segmentName(const Config& c, int rank) { return "/tfring-" + c.jobId + "-" + std::to_string(rank); }
+
+// Creates our segment when a link of ours is shared memory, and maps the neighbours' across such
+// links. Every rank takes part in the barrier, with or without a segment.
+ShmSegments mapSegments(const Config& c, Store& store, const std::vector<LinkKind>& plan,
+                        const std::vector<Endpoint>& ring, Deadline deadline) {
+  const Neighbours n(c);
+  const bool shmLeft = plan[n.left] == LinkKind::kShm, shmRight = plan[c.rank] == LinkKind::kShm;
+  ShmSegments s;
+  if (shmLeft || shmRight) {
+    s.mine = ShmSegment::create(segmentName(c, c.rank));
+    store.set("shm/" + std::to_string(c.rank), std::to_string(reinterpret_cast<uintptr_t>(s.mine->probeAddress())));
+  }
+  if (shmLeft) {
+    s.leftProbe = reinterpret_cast<const uint64_t*>(std::stoull(store.get("shm/" + std::to_string(n.left), deadline)));
+    s.left = ShmSegment::open(segmentName(c, n.left));
+  }
+  if (shmRight) {
+    store.get("shm/" + std::to_string(n.right), deadline);  // it exists once this key does
+    s.right = ShmSegment::open(segmentName(c, n.right));
+#ifdef PR_SET_PTRACER
+    // Under Yama ptrace_scope=1 a process may only read a sibling's memory if the sibling allows
+    // it: our right neighbour is the one that reads our buffers.
+    if (c.singleCopy) prctl(PR_SET_PTRACER, static_cast<unsigned long>(ring[n.right].pid), 0, 0, 0);
+#endif
+  }
+  storeBarrier(store, "shm-mapped", c.rank, c.size, deadline);
+  if (s.mine) s.mine->unlink();  // everyone has it mapped: nothing can leak in /dev/shm from here on
+  return s;
+}
+
+std::unique_ptr<SendLink> sendLink(LinkKind kind, int right, ShmSegments& s, Socket sock) {
+  if (kind == LinkKind::kTcp) return std::make_unique<TcpSendLink>(right, std::move(sock));
+  return std::make_unique<ShmSendLink>(right, s.mine, std::move(s.right), std::move(sock));
+}
+
+std::unique_ptr<RecvLink> recvLink(const Config& c, LinkKind kind, int left, int leftPid, ShmSegments& s, Socket sock) {
+  if (kind == LinkKind::kTcp) return std::make_unique<TcpRecvLink>(left, std::move(sock));
+  auto link = std::make_unique<ShmRecvLink>(left, s.mine, std::move(s.left), leftPid, std::move(sock));
+  link->probeSingleCopy(c.singleCopy ? s.leftProbe : nullptr);
+  return link;
+}
+
+bool anyShm(const std::vector<LinkKind>& plan) {
+  for (LinkKind k : plan) {
+    if (k == LinkKind::kShm) return true;
+  }
+  return false;
+}
+
+// The links of this rank as the plan says, after the store barriers every rank passes alike.
+std::unique_ptr<Transport> buildTransport(const Config& c, Store& store, const std::vector<Endpoint>& ring,
+                                          const std::vector<LinkKind>& plan, RingLinks sockets, Deadline deadline) {
+  const Neighbours n(c);
+  const bool shm = anyShm(plan);
+  if (!shm) storeBarrier(store, "tcp-ready", c.rank, c.size, deadline);
+  ShmSegments segments = shm ? mapSegments(c, store, plan, ring, deadline) : ShmSegments();
+  auto toRight = sendLink(plan[c.rank], n.right, segments, std::move(sockets.toRight));
+  auto fromLeft = recvLink(c, plan[n.left], n.left, ring[n.left].pid, segments, std::move(sockets.fromLeft));
+  // The single-copy verdicts are in every segment before anyone reads its right neighbour's.
+  if (shm) storeBarrier(store, "shm-probed", c.rank, c.size, deadline);
+  return std::make_unique<RingTransport>(c.rank, n.left, n.right, std::move(toRight), std::move(fromLeft));
+}
+
+}  // namespace
+
+std::string localHostIdentity() { return hostName() + "/" + bootId(); }
+
+std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
+  return connectRing(c, store, localHostIdentity());
+}
+
+std::unique_ptr<Transport> connectRing(const Config& c, Store& store, const std::string& hostIdentity) {
+  if (c.size == 1) return nullptr;
+  const Deadline deadline = Deadline::after(c.rendezvousTimeout);
+  const std::string host = listenHost(c);
+  Socket listener = Socket::listen(host, 0);
+  publishEndpoint(store, c, {host, listener.port(), hostIdentity, static_cast<int>(getpid())});
+  agreeOnSettings(store, c, deadline);
+  const std::vector<Endpoint> ring = gatherEndpoints(store, c, deadline);
+  const std::vector<LinkKind> plan = planRing(c.transport, ring);
+  RingLinks sockets = linkSockets(c, listener, ring[Neighbours(c).right], deadline);
+  return buildTransport(c, store, ring, plan, std::move(sockets), deadline);
+}
+
+}  // namespace tfring

@@ -1,0 +1,28 @@
+// Builds this rank's Transport (the ring handshake): publishes how to reach us in the store,
+// checks that every rank runs with the same wire settings, plans which transport carries each
+// link of the ring (transport/link_choice.h), connects to the right neighbour and accepts the
+// left one (each data connection authenticated with the job secret, transport/ring_links.h), and
+// sets up shared memory where a link uses it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "config.h"
+#include "rendezvous/store.h"
+#include "transport/transport.h"
+
+namespace tfring {
+
+// Returns null for a job of one rank. Throws kDeadlineExceeded naming the ranks that did not
+// show up within config.rendezvousTimeout.
+std::unique_ptr<Transport> connectRing(const Config& config, Store& store);
+
+// The same with this rank's host identity given: ranks with equal identities count as one host
+// and may share memory. Tests use it to build rings spanning several "hosts" in one process.
+std::unique_ptr<Transport> connectRing(const Config& config, Store& store, const std::string& hostIdentity);
+
+// This machine's identity: its hostname and boot id.
+std::string localHostIdentity();
+
+}  // namespace tfring
