@@ -23,7 +23,7 @@ from tfring.keras_registration import register_when_keras_loads
 
 register_when_keras_loads()
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "transport_name", "ops", "RingStrategy", "optimizers", "callbacks", "schedules",

@@ -114,6 +114,8 @@ class Config:
         store_request_timeout: seconds one request to rank 0's rendezvous store may take.
         store_auth_timeout: seconds a new store connection has to prove the job secret.
         store_frame_timeout: seconds a store request or reply may take once it has begun.
+        mixed_ring: with `transport="auto"` and ranks on several hosts, use shared memory for the
+            ring's links inside a host and TCP between hosts (off: TCP on every link, as before).
 
     Example:
 
@@ -140,6 +142,9 @@ class Config:
                                         "job secret", shown_default="10")
     store_frame_timeout: float = setting(30.0, SECONDS, "seconds a store request or reply may take once "
                                          "begun", shown_default="30")
+    mixed_ring: bool = setting(False, FLAG, "1/0: with `auto` across hosts, shared memory between ranks on "
+                               "one host and TCP between hosts in one ring (0: TCP on every link)",
+                               shown_default="0")
 
     @classmethod
     def resolve(cls, environ=None, **arguments):
@@ -192,7 +197,12 @@ class Config:
 
         Returns:
             "key=value" lines, every key the core knows, each exactly once.
+
+        Raises:
+            ValueError: a job of several ranks without rank 0's store port.
         """
+        if job.size > 1 and not job.store_port > 0:
+            raise ValueError(f"a job of {job.size} ranks needs the port of rank 0's store, got {job.store_port!r}")
         lines = {"rank": job.rank, "size": job.size, "local_rank": job.local_rank,
                  "local_size": job.local_size, "store_host": job.store_host, "store_port": job.store_port,
                  "secret": job.secret, "job_id": job.job_id}

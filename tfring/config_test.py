@@ -53,7 +53,14 @@ def test_the_record_for_the_core_is_complete_and_typed():
                       "store_port": "4242", "secret": "s", "job_id": "j", "timeout": "60.0",
                       "rendezvous_timeout": "120.0", "transport": "auto", "single_copy": "0",
                       "fusion_threshold_bytes": "1000", "advertise_host": "", "store_request_timeout": "5.0",
-                      "store_auth_timeout": "10.0", "store_frame_timeout": "30.0"}
+                      "store_auth_timeout": "10.0", "store_frame_timeout": "30.0", "mixed_ring": "0"}
+
+
+def test_a_job_of_several_ranks_needs_the_store_port():
+    from tfring.launch.cluster import ClusterInfo
+
+    with pytest.raises(ValueError, match="a job of 2 ranks needs the port of rank 0's store"):
+        Config.resolve(environ={}).record(ClusterInfo(rank=0, size=2, store_port=0))
 
 
 @pytest.mark.parametrize("option,value,needle", [

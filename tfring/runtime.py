@@ -53,19 +53,8 @@ def init(config=None, **options):
         return
     config = config or Config.resolve(**options)
     info = _cluster.discover()
-    lines = {
-        "rank": info.rank, "size": info.size, "local_rank": info.local_rank, "local_size": info.local_size,
-        "store_host": info.store_host, "store_port": info.store_port, "secret": info.secret,
-        "job_id": info.job_id, "advertise_host": config.advertise_host,
-        "rendezvous_timeout": config.rendezvous_timeout, "timeout": config.timeout,
-        "transport": config.transport, "single_copy": int(config.single_copy),
-        "fusion_threshold_bytes": config.fusion_threshold_bytes,
-        # Today's fixed rendezvous store deadlines (seconds); the lead's config schema takes them over.
-        "store_request_timeout": 60.0, "store_auth_timeout": 10.0, "store_frame_timeout": 30.0,
-    }
-    text = "".join(f"{k}={v}\n" for k, v in lines.items())
     err = ctypes.create_string_buffer(4096)
-    rc = c.tfring_init(text.encode(), err, len(err))
+    rc = c.tfring_init(config.record(info).encode(), err, len(err))
     if rc != 0:
         error = _ERRORS.get(_library.error_name(rc), RuntimeError)
         raise error(f"tfring.init() failed on rank {info.rank}: {err.value.decode()}")

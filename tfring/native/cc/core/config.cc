@@ -36,9 +36,10 @@ void setText(Config& c, const std::string&, const std::string& v) {
   c.*Member = v;
 }
 
-void setSingleCopy(Config& c, const std::string& k, const std::string& v) {
+template <auto Member>
+void setFlag(Config& c, const std::string& k, const std::string& v) {
   if (v != "0" && v != "1") badValue(k, "0 or 1", v);
-  c.singleCopy = v == "1";
+  c.*Member = v == "1";
 }
 
 void setTransport(Config& c, const std::string& k, const std::string& v) {
@@ -71,11 +72,12 @@ const Field kFields[] = {
     {"rendezvous_timeout", setSeconds<&Config::rendezvousTimeout>},
     {"timeout", setSeconds<&Config::collectiveTimeout>},
     {"transport", setTransport},
-    {"single_copy", setSingleCopy},
+    {"single_copy", setFlag<&Config::singleCopy>},
     {"fusion_threshold_bytes", setFusionThreshold},
     {"store_request_timeout", setSeconds<&Config::storeRequestTimeout>},
     {"store_auth_timeout", setSeconds<&Config::storeAuthTimeout>},
     {"store_frame_timeout", setSeconds<&Config::storeFrameTimeout>},
+    {"mixed_ring", setFlag<&Config::mixedRing>},
 };
 constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 

@@ -29,7 +29,7 @@ struct Neighbours {
 std::string wireSettings(const Config& c) {
   std::ostringstream s;
   s << "protocol=" << kProtocolVersion << "\ntransport=" << c.transport << "\nsingle_copy=" << c.singleCopy
-    << "\nfusion_threshold_bytes=" << c.fusionThresholdBytes << "\n";
+    << "\nfusion_threshold_bytes=" << c.fusionThresholdBytes << "\nmixed_ring=" << c.mixedRing << "\n";
   return s.str();
 }
 
@@ -168,7 +168,7 @@ std::unique_ptr<Transport> connectRing(const Config& c, Store& store, const std:
   publishEndpoint(store, c, {host, listener.port(), hostIdentity, static_cast<int>(getpid())});
   agreeOnSettings(store, c, deadline);
   const std::vector<Endpoint> ring = gatherEndpoints(store, c, deadline);
-  const std::vector<LinkKind> plan = planRing(c.transport, ring);
+  const std::vector<LinkKind> plan = planRing(c.transport, ring, c.mixedRing);
   RingLinks sockets = linkSockets(c, listener, ring[Neighbours(c).right], deadline);
   return buildTransport(c, store, ring, plan, std::move(sockets), deadline);
 }

@@ -34,6 +34,9 @@ TEST(link_choice_is_made_per_link_across_hosts) {
   CHECK(planRing("auto", ringOn({"a", "a", "b", "b"})) == std::vector<LinkKind>({kShm, kTcp, kShm, kTcp}));
   CHECK(planRing("auto", ringOn({"a", "b", "a"})) == std::vector<LinkKind>({kTcp, kTcp, kShm}));
   CHECK(planRing("tcp", ringOn({"a", "a", "b"})) == std::vector<LinkKind>({kTcp, kTcp, kTcp}));
+  // mixed_ring off (tfring's default for now): auto across hosts is TCP on every link.
+  CHECK(planRing("auto", ringOn({"a", "a", "b", "b"}), false) == std::vector<LinkKind>({kTcp, kTcp, kTcp, kTcp}));
+  CHECK(planRing("auto", ringOn({"a", "a", "a"}), false) == std::vector<LinkKind>({kShm, kShm, kShm}));
   CHECK(linkEnabled(kTcp, "auto", ringOn({"a"})[0], ringOn({"b"})[0]));
   CHECK(!linkEnabled(kShm, "auto", ringOn({"a"})[0], ringOn({"b"})[0]));
 }

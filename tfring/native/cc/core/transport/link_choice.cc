@@ -20,7 +20,15 @@ bool linkEnabled(LinkKind kind, const std::string& transport, const Endpoint& fr
   return false;
 }
 
-std::vector<LinkKind> planRing(const std::string& transport, const std::vector<Endpoint>& ring) {
+static bool oneMachine(const std::vector<Endpoint>& ring) {
+  for (const Endpoint& e : ring) {
+    if (e.machine != ring.front().machine) return false;
+  }
+  return true;
+}
+
+std::vector<LinkKind> planRing(const std::string& requested, const std::vector<Endpoint>& ring, bool mixed) {
+  const std::string transport = requested == "auto" && !mixed && !oneMachine(ring) ? "tcp" : requested;
   const int size = static_cast<int>(ring.size());
   std::vector<LinkKind> plan;
   for (int r = 0; r < size; ++r) {

@@ -29,6 +29,8 @@ bool linkEnabled(LinkKind kind, const std::string& transport, const Endpoint& fr
 
 // plan[r] is the kind of the link from rank r to rank (r + 1) % size: the first enabled kind in
 // order of preference. Throws Error(kInvalidArgument) naming two ranks when a link has none.
-std::vector<LinkKind> planRing(const std::string& transport, const std::vector<Endpoint>& ring);
+// Without `mixed`, transport=auto on ranks that span hosts uses TCP on every link (tfring's rule
+// before links were chosen one by one; mixed rings become the default once tested across hosts).
+std::vector<LinkKind> planRing(const std::string& transport, const std::vector<Endpoint>& ring, bool mixed = true);
 
 }  // namespace tfring
