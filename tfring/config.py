@@ -9,6 +9,7 @@ environment for configuration.
 """
 
 import dataclasses
+import math
 import numbers
 import os
 
@@ -55,7 +56,7 @@ def _real(value):
 
 def _seconds(value):
     _require(_real(value), value)
-    return _require(float(value) > 0, float(value))
+    return _require(math.isfinite(value) and float(value) > 0, float(value))
 
 
 def _bytes(value):

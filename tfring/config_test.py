@@ -69,6 +69,7 @@ def test_a_job_of_several_ranks_needs_the_store_port():
     ("single_copy", "yes", "single_copy must be 0 or 1, got 'yes'"),
     ("advertise_host", "a\nb", "advertise_host must be text on one line"),
     ("timeout", True, "timeout must be a number of seconds > 0, got True"),
+    ("timeout", float("inf"), "timeout must be a number of seconds > 0, got inf"),
 ])
 def test_bad_arguments_name_the_setting(option, value, needle):
     with pytest.raises(ValueError, match=needle):

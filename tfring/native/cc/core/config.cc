@@ -1,6 +1,9 @@
 #include "config.h"
 
+#include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -26,9 +29,15 @@ void setInt(Config& c, const std::string& k, const std::string& v) {
   if (!parseNumber(v, &(c.*Member))) badValue(k, "an integer", v);
 }
 
+// Seconds through strtod: floating-point from_chars needs g++ 11, and the library is built with
+// the user's compiler. The record is written by Python in the C locale ("60.0", "1e-05").
 template <auto Member>
 void setSeconds(Config& c, const std::string& k, const std::string& v) {
-  if (!parseNumber(v, &(c.*Member))) badValue(k, "a number of seconds", v);
+  char* end = nullptr;
+  errno = 0;
+  const double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
+  if (v.empty() || errno != 0 || end != v.c_str() + v.size() || !std::isfinite(x)) badValue(k, "a number of seconds", v);
+  c.*Member = x;
 }
 
 template <auto Member>

@@ -24,6 +24,12 @@ TcpStoreServer::Limits storeLimits(const Config& c) {
 }  // namespace
 
 Runtime::Runtime(const Config& config) : config_(config) {
+  // Python validates the record; this guard only keeps a bad direct caller from indexing the ring
+  // out of bounds.
+  if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
+    throw Error(Code::kInvalidArgument, "config: rank " + std::to_string(config.rank) + " is outside [0, " +
+                                            std::to_string(config.size) + ")");
+  }
   std::unique_ptr<Transport> transport;
   if (config.size > 1) {
     if (config.rank == 0) {

@@ -85,7 +85,9 @@ void TcpStore::set(const std::string& key, const std::string& value) {
 std::string TcpStore::get(const std::string& key, Deadline deadline) {
   for (;;) {
     std::string rest;
-    putU32(&rest, static_cast<uint32_t>(deadline.remainingMs()));
+    // The server parks a get at most this long, well inside our own request deadline: a reply
+    // that came after we gave up would be read as the answer to the next request.
+    putU32(&rest, static_cast<uint32_t>(deadline.remainingMs(static_cast<int>(requestTimeout_ * 500))));
     std::string reply = call(encodeRequest('G', key, rest), Deadline::after(requestTimeout_));
     if (!reply.empty() && reply[0] == 'K') return reply.substr(1);
     if (deadline.expired()) {

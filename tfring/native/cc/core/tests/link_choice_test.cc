@@ -24,16 +24,16 @@ const LinkKind kShm = LinkKind::kShm, kTcp = LinkKind::kTcp;
 
 TEST(link_choice_one_host_follows_the_configured_transport) {
   auto oneHost = ringOn({"a", "a", "a"});
-  CHECK(planRing("auto", oneHost) == std::vector<LinkKind>({kShm, kShm, kShm}));
-  CHECK(planRing("shm", oneHost) == std::vector<LinkKind>({kShm, kShm, kShm}));
-  CHECK(planRing("tcp", oneHost) == std::vector<LinkKind>({kTcp, kTcp, kTcp}));
+  CHECK(planRing("auto", oneHost, true) == std::vector<LinkKind>({kShm, kShm, kShm}));
+  CHECK(planRing("shm", oneHost, true) == std::vector<LinkKind>({kShm, kShm, kShm}));
+  CHECK(planRing("tcp", oneHost, true) == std::vector<LinkKind>({kTcp, kTcp, kTcp}));
 }
 
 TEST(link_choice_is_made_per_link_across_hosts) {
   // plan[r] carries r -> r+1: links inside a host share memory, links between hosts are TCP.
-  CHECK(planRing("auto", ringOn({"a", "a", "b", "b"})) == std::vector<LinkKind>({kShm, kTcp, kShm, kTcp}));
-  CHECK(planRing("auto", ringOn({"a", "b", "a"})) == std::vector<LinkKind>({kTcp, kTcp, kShm}));
-  CHECK(planRing("tcp", ringOn({"a", "a", "b"})) == std::vector<LinkKind>({kTcp, kTcp, kTcp}));
+  CHECK(planRing("auto", ringOn({"a", "a", "b", "b"}), true) == std::vector<LinkKind>({kShm, kTcp, kShm, kTcp}));
+  CHECK(planRing("auto", ringOn({"a", "b", "a"}), true) == std::vector<LinkKind>({kTcp, kTcp, kShm}));
+  CHECK(planRing("tcp", ringOn({"a", "a", "b"}), true) == std::vector<LinkKind>({kTcp, kTcp, kTcp}));
   // mixed_ring off (tfring's default for now): auto across hosts is TCP on every link.
   CHECK(planRing("auto", ringOn({"a", "a", "b", "b"}), false) == std::vector<LinkKind>({kTcp, kTcp, kTcp, kTcp}));
   CHECK(planRing("auto", ringOn({"a", "a", "a"}), false) == std::vector<LinkKind>({kShm, kShm, kShm}));
@@ -42,8 +42,23 @@ TEST(link_choice_is_made_per_link_across_hosts) {
 }
 
 TEST(link_choice_refuses_shm_between_hosts_naming_the_ranks) {
-  CHECK_THROWS(planRing("shm", ringOn({"a", "a", "b"})),
+  CHECK_THROWS(planRing("shm", ringOn({"a", "a", "b"}), true),
                "transport 'shm' was requested but the ranks run on several hosts (rank 1 on a, rank 2 on b)");
+}
+
+TEST(ring_across_hosts_is_tcp_everywhere_without_mixed_ring) {
+  // tfring's default: ranks on two hosts, transport=auto, mixed_ring=0 -> every link TCP.
+  Mode across{"auto", true, "auto-across-hosts", 2, false};
+  withRing(4, across, [&](int rank, Transport* t, const Config&) {
+    auto* ring = dynamic_cast<RingTransport*>(t);
+    CHECK(ring != nullptr);
+    CHECK(ring->toRight().kind() == kTcp && ring->fromLeft().kind() == kTcp);
+    CHECK_EQ(t->name(), std::string("tcp"));
+    std::vector<float> x(100000, static_cast<float>(rank)), y(x.size());
+    ringAllreduce(t, 4, {{x.data(), x.size() * 4}}, {{y.data(), y.size() * 4}}, DataType::kFloat32, ReduceOp::kSum,
+                  Deadline::after(30));
+    CHECK_EQ(y[12345], 6.0f);
+  });
 }
 
 TEST(ring_mixes_shm_and_tcp_links) {

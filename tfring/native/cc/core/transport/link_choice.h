@@ -31,6 +31,6 @@ bool linkEnabled(LinkKind kind, const std::string& transport, const Endpoint& fr
 // order of preference. Throws Error(kInvalidArgument) naming two ranks when a link has none.
 // Without `mixed`, transport=auto on ranks that span hosts uses TCP on every link (tfring's rule
 // before links were chosen one by one; mixed rings become the default once tested across hosts).
-std::vector<LinkKind> planRing(const std::string& transport, const std::vector<Endpoint>& ring, bool mixed = true);
+std::vector<LinkKind> planRing(const std::string& transport, const std::vector<Endpoint>& ring, bool mixed);
 
 }  // namespace tfring

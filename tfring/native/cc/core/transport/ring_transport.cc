@@ -74,7 +74,9 @@ bool RingTransport::sleepUntilWoken(uint32_t seen, Deadline deadline) {
   if (!toRight_->done()) toRight_->addPollFds(&fds);
   if (!fromLeft_->done()) fromLeft_->addPollFds(&fds);
   if (fds.empty()) return sleepOnDoorbell(doorbell_, seen, kDoorbellSleepMs);
-  if (!doorbell_) return pollSockets(fds, deadline.remainingMs(kPollSliceMs));
+  // A mixed ring whose shared-memory link is done waits on its socket alone, asleep in poll.
+  const bool bellMatters = (!toRight_->done() && toRight_->doorbell()) || (!fromLeft_->done() && fromLeft_->doorbell());
+  if (!bellMatters) return pollSockets(fds, deadline.remainingMs(kPollSliceMs));
   return sleepOnDoorbell(doorbell_, seen, 0) || pollSockets(fds, kMixedSliceMs);
 }
 
