@@ -26,9 +26,9 @@ def _load_build_module():
 
 
 def _version():
-    # The one place the version is written is tfring/__init__.py (read as text: importing the
+    # The one place the version is written is tfring/version.py (read as text: importing the
     # package here would need its dependencies installed first).
-    with open(os.path.join(HERE, "tfring", "__init__.py")) as f:
+    with open(os.path.join(HERE, "tfring", "version.py")) as f:
         return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 

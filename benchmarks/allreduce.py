@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from tfring.launch.launcher import free_port
+from tfring.launch.addresses import free_port
 
 HERE = os.path.abspath(__file__)
 WORKLOADS = ("resnet50", "small1000")

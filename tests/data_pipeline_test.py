@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from tfring.launch.launcher import free_port
+from tfring.launch.addresses import free_port
 from tfring.testing import QUIET_ENV
 from tfring.testing import rank_lines
 from tfring.testing import run_job

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tfring.launch.launcher import free_port
+from tfring.launch.addresses import free_port
 
 pytestmark = pytest.mark.multiprocess
 

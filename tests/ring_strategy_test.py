@@ -446,7 +446,7 @@ def test_a_rank_dying_inside_fit_raises_unavailable_error():
     import subprocess
     import sys
 
-    from tfring.launch.launcher import free_port
+    from tfring.launch.addresses import free_port
     from tfring.testing import QUIET_ENV
 
     port = free_port()

@@ -20,10 +20,9 @@ from tfring.chief import RankFilter
 from tfring.chief import is_chief
 from tfring.chief import print0
 from tfring.keras_registration import register_when_keras_loads
+from tfring.version import __version__
 
 register_when_keras_loads()
-
-__version__ = "0.3.0"
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "transport_name", "ops", "RingStrategy", "optimizers", "callbacks", "schedules",

@@ -7,14 +7,10 @@ import sys
 def _parser():
     parser = argparse.ArgumentParser(prog="tfring", description="Data-parallel training for Keras 3 / TensorFlow.")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="start N ranks of COMMAND on this host",
-                         description="Start N ranks of COMMAND on this host and supervise them.")
-    run.add_argument("-np", "--num-processes", dest="np", type=int, required=True, help="number of ranks")
-    run.add_argument("--timeout", type=float, default=None,
-                     help="seconds a collective may stall before failing (sets TFRING_TIMEOUT)")
-    run.add_argument("--all-output", action="store_true",
-                     help="show every rank's stdout (default: rank 0's stdout, every rank's stderr)")
-    run.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, e.g. python train.py")
+    run = sub.add_parser("run", help="start N ranks of COMMAND on this host or on several",
+                         description="Start N ranks of COMMAND, on this host or over ssh on several, "
+                                     "and supervise them.")
+    _run_arguments(run)
     convert = sub.add_parser("convert", help="convert a dataset into sharded TFRecord files",
                              description="Convert a dataset into PREFIX-00000-of-0000N.tfrecord shards and "
                                          "PREFIX.meta.json (read them with tfring.data.tfrecord_dataset).")
@@ -38,6 +34,73 @@ def _parser():
     convert.add_argument("--labels", default=None, help="TIFF: a CSV of file,label rows instead of class folders")
     convert.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     return parser
+
+
+def _run_arguments(run):
+    run.add_argument("-np", "--num-processes", dest="np", type=int, default=None,
+                     help="number of ranks (default with -H/--hostfile: every slot)")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("-H", "--hosts", default=None, help="hosts and slots: host1:4,host2:4 (default: this host)")
+    where.add_argument("--hostfile", default=None, help="a file of 'host slots=N' or 'host:N' lines")
+    run.add_argument("--ssh-port", type=int, default=None, help="the port of sshd on the other hosts")
+    run.add_argument("--ssh-identity-file", default=None, help="the private key ssh uses")
+    run.add_argument("--rsh", default=None, help="the command that replaces 'ssh -o BatchMode=yes' "
+                     "(the host and remote command follow it)")
+    run.add_argument("-x", dest="exports", action="append", default=[], metavar="NAME[=VALUE]",
+                     help="an environment variable for every rank (repeatable)")
+    run.add_argument("--interface", default=None,
+                     help="the network interface whose address each host advertises (sets TFRING_HOST)")
+    run.add_argument("--start-timeout", type=float, default=30.0,
+                     help="seconds every host has to answer before the start fails (default 30)")
+    run.add_argument("--output-dir", default=None, help="also write each rank's output to DIR/rank.N.log")
+    run.add_argument("--timeout", type=float, default=None,
+                     help="seconds a collective may stall before failing (sets TFRING_TIMEOUT)")
+    run.add_argument("--all-output", action="store_true",
+                     help="show every rank's stdout (default: rank 0's stdout, every rank's stderr)")
+    run.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, e.g. python train.py")
+
+
+def _run_options(args):
+    """The launcher's options from the command line; ValueError names a bad one."""
+    import os
+
+    from tfring.launch import forwarding
+    from tfring.launch import hosts
+    from tfring.launch import launcher
+
+    for name in ("np", "timeout", "start_timeout"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            flag = {"np": "-np", "timeout": "--timeout", "start_timeout": "--start-timeout"}[name]
+            raise ValueError(f"{flag} must be > 0, got {value:g}")
+    host_list = hosts.parse_host_list(args.hosts) if args.hosts else None
+    if args.hostfile:
+        host_list = hosts.read_hostfile(args.hostfile)
+    if args.np is None and host_list is None:
+        raise ValueError("give -np N (and, for several hosts, -H or --hostfile)")
+    return launcher.Options(
+        timeout=args.timeout, all_output=args.all_output, hosts=host_list, rsh=args.rsh,
+        ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file,
+        exports=forwarding.parse_exports(args.exports, os.environ), output_dir=args.output_dir,
+        start_timeout=args.start_timeout, interface=args.interface)
+
+
+def _run(args):
+    from tfring.launch import launcher
+
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program:
+        print("tfring run: no command given (e.g. tfring run -np 2 python train.py)", file=sys.stderr)
+        return 2
+    try:
+        options = _run_options(args)
+        return launcher.run(program, args.np, options)
+    except ValueError as e:
+        print(f"tfring run: {e}", file=sys.stderr)
+        return 2
+    except launcher.StartError as e:
+        print(e, file=sys.stderr)
+        return 127
 
 
 def _convert(args):
@@ -64,23 +127,7 @@ def main(argv=None):
     """Entry point of the `tfring` command; returns its exit code."""
     args = _parser().parse_args(argv)
     if args.command == "run":
-        from tfring.launch import launcher
-
-        program = args.program[1:] if args.program[:1] == ["--"] else args.program
-        if not program:
-            print("tfring run: no command given (e.g. tfring run -np 2 python train.py)", file=sys.stderr)
-            return 2
-        if args.np < 1:
-            print(f"tfring run: -np must be at least 1, got {args.np}", file=sys.stderr)
-            return 2
-        if args.timeout is not None and args.timeout <= 0:
-            print(f"tfring run: --timeout must be > 0, got {args.timeout}", file=sys.stderr)
-            return 2
-        try:
-            return launcher.run(program, args.np, timeout=args.timeout, all_output=args.all_output)
-        except launcher.StartError as e:
-            print(e, file=sys.stderr)
-            return 127
+        return _run(args)
     if args.command == "convert":
         return _convert(args)
     return 2

@@ -17,16 +17,6 @@ def _run(args, timeout=60, **kw):
                           timeout=timeout, **kw)
 
 
-def test_plan_slots_fills_hosts_in_order():
-    slots = launcher.plan_slots(5, [("a", 2), ("b", 4)])
-    assert [(s.host, s.rank, s.local_rank, s.local_size) for s in slots] == [
-        ("a", 0, 0, 2), ("a", 1, 1, 2), ("b", 2, 0, 3), ("b", 3, 1, 3), ("b", 4, 2, 3)]
-    with pytest.raises(ValueError, match="do not fit"):
-        launcher.plan_slots(3, [("a", 2)])
-    with pytest.raises(ValueError, match="at least 1"):
-        launcher.plan_slots(0)
-
-
 @pytest.mark.multiprocess
 def test_each_rank_gets_its_environment_and_output_is_prefixed():
     code = ("import os; print(' '.join(os.environ[k] for k in ('TFRING_RANK','TFRING_SIZE','TFRING_LOCAL_RANK',"

@@ -1,0 +1,88 @@
+"""Which address of a host the other hosts should use: an interface's, or the one ssh came in on.
+
+Rank 0's rendezvous store and every rank's ring listener advertise one address to the other hosts.
+A host with several interfaces (a management network, a fast data network, docker bridges) must
+advertise the one the other hosts can reach: `--interface IF` names it; by default it is the
+address the launcher's ssh connection reached the host at (`SSH_CONNECTION`), which is the
+interface that routes to the launcher, and on the launcher's own host the address ssh came from.
+"""
+
+import fcntl
+import socket
+import struct
+
+_SIOCGIFADDR = 0x8915
+
+
+def interface_address(name):
+    """The IPv4 address of the interface `name` on this host.
+
+    Args:
+        name: an interface name such as "eth0" or "ib0".
+
+    Returns:
+        The address as text.
+
+    Raises:
+        ValueError: there is no such interface, or it has no IPv4 address (the message lists the
+            interfaces there are).
+
+    Example:
+
+    >>> interface_address("lo")
+    '127.0.0.1'
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            known = ", ".join(n for _, n in socket.if_nameindex())
+            raise ValueError(f"{socket.gethostname()} has no interface {name!r} with an IPv4 address "
+                             f"(its interfaces: {known})") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def ssh_addresses(environ):
+    """Both ends of the ssh connection this process was started through.
+
+    Args:
+        environ: the environment sshd gave the remote command.
+
+    Returns:
+        (launcher's address, this host's address), or (None, None) outside ssh.
+    """
+    words = environ.get("SSH_CONNECTION", "").split()
+    if len(words) != 4:
+        return None, None
+    return words[0], words[2]
+
+
+def route_source(destination):
+    """The address this host sends from when it talks to `destination` (the interface routing there).
+
+    Args:
+        destination: an IPv4 address or a name that resolves to one.
+
+    Returns:
+        The local address as text, or None when `destination` does not resolve or is unreachable.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((destination, 9))  # a UDP "connect" sends nothing: it only picks the route
+            return s.getsockname()[0]
+        except OSError:
+            return None
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port on `host` that was free a moment ago (for the store, tests and benchmarks).
+
+    Args:
+        host: the local address to bind.
+
+    Returns:
+        An int.
+    """
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

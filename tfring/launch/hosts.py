@@ -1,0 +1,194 @@
+"""Where the ranks of a job run: host lists (`-H`, `--hostfile`) and the placement of ranks on them.
+
+Ranks are placed host by host in the order given, filling each host's slots before the next
+(rank order = host order, contiguous per host, as horovodrun and `mpirun --map-by slot` do), so a
+ring over the ranks crosses the network only where it moves from one host to the next.
+"""
+
+import dataclasses
+import re
+import socket
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """A host of the job and how many ranks it may run.
+
+    Args:
+        name: a name or address `ssh` understands (an alias of ~/.ssh/config counts).
+        slots: how many ranks it may run.
+    """
+
+    name: str
+    slots: int
+
+
+@dataclasses.dataclass
+class Slot:
+    """One process of the job: where it runs and what it is."""
+
+    host: str
+    rank: int
+    local_rank: int
+    local_size: int
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_.@-]+$")
+
+
+def _host(name, slots_text, where):
+    if not name or not _NAME.match(name):
+        raise ValueError(f"{where}: {name!r} is not a host name")
+    try:
+        slots = int(slots_text)
+    except ValueError:
+        raise ValueError(f"{where}: the slots of {name!r} must be a whole number, got {slots_text!r}") from None
+    if slots < 1:
+        raise ValueError(f"{where}: host {name!r} has {slots} slots; give it at least 1")
+    return Host(name, slots)
+
+
+def parse_host_list(text):
+    """Reads `-H host1:slots,host2:slots,...` (a host without `:slots` has one slot).
+
+    Args:
+        text: the option's value.
+
+    Returns:
+        A list of `Host`, in order.
+
+    Raises:
+        ValueError: an empty entry, a bad slot count or a host named twice (the message names it).
+
+    Example:
+
+    >>> parse_host_list("node1:4,node2")
+    [Host(name='node1', slots=4), Host(name='node2', slots=1)]
+    """
+    hosts = []
+    for entry in text.split(","):
+        name, _, slots = entry.strip().partition(":")
+        hosts.append(_host(name, slots or "1", "-H"))
+    return _no_duplicates(hosts, "-H")
+
+
+def read_hostfile(path):
+    """Reads a hostfile as OpenMPI and Horovod write it: `host slots=N` or `host:N` per line, `#` comments.
+
+    Args:
+        path: the file.
+
+    Returns:
+        A list of `Host`, in file order.
+
+    Raises:
+        ValueError: an unreadable file, a line that is neither form, a bad slot count, a host named
+            twice, or no host at all (the message names the file and line).
+
+    Example:
+
+    >>> read_hostfile("hosts.txt")   # "node1 slots=4\\nnode2:2  # the second node"
+    [Host(name='node1', slots=4), Host(name='node2', slots=2)]
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ValueError(f"--hostfile: cannot read {path!r}: {e.strerror}") from None
+    hosts = []
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if words:
+            hosts.append(_hostfile_entry(words, f"{path}:{number}"))
+    if not hosts:
+        raise ValueError(f"--hostfile {path!r} names no host")
+    return _no_duplicates(hosts, path)
+
+
+def _hostfile_entry(words, where):
+    name, slots = words[0], "1"
+    if ":" in name and len(words) == 1:
+        name, slots = name.rsplit(":", 1)
+    for word in words[1:]:
+        key, _, value = word.partition("=")
+        if key in ("slots", "max_slots", "max-slots") and value:
+            slots = value if key == "slots" else slots
+        else:
+            raise ValueError(f"{where}: expected 'host slots=N' or 'host:N', got {' '.join(words)!r}")
+    return _host(name, slots, where)
+
+
+def _no_duplicates(hosts, where):
+    seen = set()
+    for host in hosts:
+        if host.name in seen:
+            raise ValueError(f"{where}: host {host.name!r} is listed twice; give it once with all its slots")
+        seen.add(host.name)
+    return hosts
+
+
+def plan_slots(num_processes, hosts=None):
+    """Assigns ranks to hosts in order, filling each host's slots.
+
+    Args:
+        num_processes: the job size; None means every slot of `hosts`.
+        hosts: a list of `Host`; None means all on this host.
+
+    Returns:
+        A list of `Slot`, one per rank.
+
+    Raises:
+        ValueError: fewer than one process, or more than the hosts have slots for.
+
+    Example:
+
+    >>> [s.host for s in plan_slots(3, [Host("a", 2), Host("b", 2)])]
+    ['a', 'a', 'b']
+    """
+    if num_processes is None:
+        num_processes = sum(h.slots for h in hosts or [])
+    if num_processes < 1:
+        raise ValueError(f"-np must be at least 1, got {num_processes}")
+    hosts = hosts or [Host("localhost", num_processes)]
+    total = sum(h.slots for h in hosts)
+    if total < num_processes:
+        listed = ", ".join(f"{h.name}:{h.slots}" for h in hosts)
+        raise ValueError(f"-np {num_processes} does not fit the {total} slots of the hosts given ({listed})")
+    slots, rank = [], 0
+    for host in hosts:
+        here = min(host.slots, num_processes - rank)
+        slots.extend(Slot(host.name, rank + i, i, here) for i in range(here))
+        rank += here
+        if rank == num_processes:
+            break
+    return slots
+
+
+def is_local(name):
+    """Whether `name` is this host: `localhost`, this host's name, or an address of one of its interfaces.
+
+    A name that does not resolve (an ssh alias, say) is taken to be another host.
+
+    Args:
+        name: a host name or address.
+
+    Returns:
+        True for this host.
+    """
+    if name in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return any(_bindable(info[4][0]) for info in infos)
+
+
+def _bindable(address):
+    """Only addresses of this host's interfaces can be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, 0))
+            return True
+        except OSError:
+            return False

@@ -1,0 +1,110 @@
+"""One rank started on this host, tied to the process that started it.
+
+The rank dies with its starter however the starter ends: the direct child gets SIGKILL through
+`PR_SET_PDEATHSIG`, and a rank behind a shell wrapper reads EOF on a pipe whose write end only the
+starter holds (`tfring.init()` watches it through TFRING_LAUNCHER_FD). The starter is `tfring run`
+on its own host, or `tfring.launch.remote` on another host.
+"""
+
+import ctypes
+import os
+import signal
+import subprocess
+
+from tfring.launch import cluster
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with(parent_pid):
+    """A `preexec_fn`: the child gets SIGKILL when `parent_pid` dies, even by SIGKILL.
+
+    Args:
+        parent_pid: the starter's pid (`os.getpid()` before the fork).
+
+    Returns:
+        A function for `subprocess.Popen(preexec_fn=...)`.
+    """
+    def arm():
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the starter died before the line above took effect
+            os._exit(1)
+    return arm
+
+
+def exit_code(returncode):
+    """A process's return code as a shell reports it: 128+N for a process killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class LocalRank:
+    """A rank process on this host, in its own session (its process group gets the signals).
+
+    Args:
+        slot: the rank's `hosts.Slot`.
+        command: the program and its arguments.
+        env: its complete environment (without TFRING_LAUNCHER_FD: added here).
+        stdout, stderr: as for `subprocess.Popen` (PIPE, or a file descriptor to inherit).
+
+    Raises:
+        OSError: the command cannot be started.
+
+    Example:
+
+    >>> rank = LocalRank(slot, ["python", "train.py"], env, subprocess.PIPE, subprocess.PIPE)
+    >>> rank.wait()
+    0
+    """
+
+    def __init__(self, slot, command, env, stdout, stderr):
+        self.slot = slot
+        watch_fd, self._lifeline = os.pipe()
+        os.set_inheritable(self._lifeline, False)
+        try:
+            self.proc = subprocess.Popen(
+                command, env={**env, cluster.LAUNCHER_FD: str(watch_fd)}, stdin=subprocess.DEVNULL,
+                stdout=stdout, stderr=stderr, pass_fds=(watch_fd,), start_new_session=True,
+                preexec_fn=die_with(os.getpid()))
+        except OSError:
+            os.close(self._lifeline)
+            raise
+        finally:
+            os.close(watch_fd)
+
+    def poll(self):
+        """The exit code (128+N for signal N) once it has ended, else None."""
+        code = self.proc.poll()
+        if code is not None and self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+        return None if code is None else exit_code(code)
+
+    def signal(self, signum):
+        """Sends `signum` to the rank's process group (a rank's helper processes get it too)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self):
+        """SIGKILL to the rank's process group."""
+        self.signal(signal.SIGKILL)
+
+    def force(self):
+        """The same as `kill` (a local rank cannot linger behind a channel)."""
+        self.kill()
+
+    def wait(self, timeout=None):
+        """Waits for the rank to end and returns its exit code.
+
+        Raises:
+            subprocess.TimeoutExpired: it is still running after `timeout` seconds.
+        """
+        self.proc.wait(timeout)
+        return self.poll()
+
+    def describe_failure(self, code):
+        """One line for the launcher: which rank failed and how."""
+        return f"rank {self.slot.rank} exited with code {code}"

@@ -1,0 +1,121 @@
+"""The ranks' output as the launcher shows it: `[rank]` prefixes, Python warnings once, log files.
+
+Rank 0's stdout and every rank's stderr are shown by default (`--all-output`: every stdout too);
+`--output-dir DIR` also writes each rank's whole output, unprefixed, to `DIR/rank.N.log`.
+"""
+
+import os
+import re
+import sys
+import threading
+
+# "path.py:12: UserWarning: text", the first line of a Python warning (its source line follows).
+_WARNING_LINE = re.compile(rb"^\S.*:\d+: \w*Warning: ")
+
+
+class WarningsOnce:
+    """Lets each distinct Python warning through once per job: the ranks run the same code, so
+    rank 1's copy of rank 0's warning (and its indented source line) says nothing new.
+
+    Example:
+
+    >>> keep = WarningsOnce().filter()   # one per output stream
+    >>> [keep(b"t.py:1: UserWarning: x\\n"), keep(b"t.py:1: UserWarning: x\\n")]
+    [True, False]
+    """
+
+    def __init__(self):
+        self._seen = set()
+        self._lock = threading.Lock()
+
+    def filter(self):
+        """A predicate for one output stream (it remembers whether it is inside a dropped warning).
+
+        Returns:
+            A function: line (bytes) -> True to show it.
+        """
+        dropping = [False]
+
+        def keep(line):
+            if dropping[0] and line[:1] in (b" ", b"\t"):
+                return False  # the source line of a dropped warning
+            dropping[0] = False
+            if not _WARNING_LINE.match(line):
+                return True
+            with self._lock:
+                if line in self._seen:
+                    dropping[0] = True
+                    return False
+                self._seen.add(line)
+            return True
+
+        return keep
+
+
+class JobOutput:
+    """Where the lines of every rank go.
+
+    Args:
+        all_output: show every rank's stdout, and every copy of a warning.
+        output_dir: a folder for one log file per rank, or None.
+
+    Example:
+
+    >>> out = JobOutput(all_output=False, output_dir="logs")
+    >>> show = out.stream(rank=1, stdout=False)
+    >>> show(b"hello\\n")    # printed as "[1] hello" on stderr, written to logs/rank.1.log
+    """
+
+    def __init__(self, all_output=False, output_dir=None):
+        self.all_output = all_output
+        self.output_dir = output_dir
+        self._warnings = WarningsOnce()
+        self._logs = {}
+        self._lock = threading.Lock()
+        if output_dir:
+            os.makedirs(output_dir, exist_ok=True)
+
+    def _log(self, rank):
+        with self._lock:
+            if rank not in self._logs and self.output_dir:
+                self._logs[rank] = open(os.path.join(self.output_dir, f"rank.{rank}.log"), "ab", buffering=0)
+            return self._logs.get(rank)
+
+    def stream(self, rank, stdout):
+        """A function that takes the lines (bytes) of one stream of one rank.
+
+        Args:
+            rank: the rank.
+            stdout: True for its stdout, False for its stderr.
+
+        Returns:
+            A function: line -> None.
+        """
+        sink = sys.stdout if stdout else sys.stderr
+        show = not stdout or self.all_output or rank == 0
+        keep = (lambda line: True) if self.all_output else self._warnings.filter()
+        prefix = f"[{rank}] ".encode()
+        log = self._log(rank)
+
+        def take(line):
+            if log is not None:
+                log.write(line)
+            if show and keep(line):
+                sink.buffer.write(prefix + line)
+                sink.buffer.flush()
+
+        return take
+
+    def close(self):
+        """Closes the log files."""
+        with self._lock:
+            for f in self._logs.values():
+                f.close()
+            self._logs.clear()
+
+
+def pump(stream, take):
+    """Copies `stream` line by line to `take` until EOF, then closes it (run in a thread)."""
+    for line in iter(stream.readline, b""):
+        take(line)
+    stream.close()

@@ -1,0 +1,105 @@
+"""The far end of `tfring run -H`: started over ssh on another host, it starts one rank there and
+stays beside it as the launcher's hand.
+
+The conversation runs over the ssh channel, so nothing secret is ever on a command line (which
+`ps` shows to every user of the host):
+
+1. the launcher writes one JSON line: {"interface": IF or null, "want_port": bool};
+2. this side answers on stdout with `READY_MARK` and JSON: what it runs (`versions.this_host()`),
+   the address it advertises, the launcher's address as seen from here, and (for rank 0) a free
+   port for the rendezvous store;
+3. the launcher writes the rank's environment (the job secret among it) and command;
+4. the rank starts with this process's stdout and stderr (the ssh channel); each later line
+   "signal N" is passed to the rank's process group; EOF (the launcher stopped, or its connection
+   died) kills the rank at once. This process exits with the rank's exit code.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from tfring.launch import addresses
+from tfring.launch import hosts
+from tfring.launch import local_rank
+from tfring.launch import versions
+
+READY_MARK = "TFRING-REMOTE-READY "
+# The address this host's ranks advertise (set here unless the launcher's environment for it did).
+ADVERTISE = "TFRING_HOST"
+
+
+def _fail(message):
+    sys.stderr.write(f"tfring run: {socket.gethostname()}: {message}\n")
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+def _read_json_line(what):
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(1)  # the launcher went away before the rank was started
+    try:
+        return json.loads(line)
+    except ValueError:
+        _fail(f"expected {what} from the launcher, got {line[:80]!r}")
+
+
+def _advertised_address(interface):
+    if interface:
+        return addresses.interface_address(interface)
+    _, here = addresses.ssh_addresses(os.environ)
+    return here or addresses.route_source(socket.gethostname()) or socket.gethostname()
+
+
+def answer(request):
+    """Step 2: what this host runs and where it can be reached.
+
+    Args:
+        request: the launcher's first line, decoded.
+
+    Returns:
+        The answer as a dict (JSON-serialisable).
+    """
+    address = _advertised_address(request.get("interface"))
+    launcher_address, _ = addresses.ssh_addresses(os.environ)
+    return {"versions": versions.this_host(), "address": address, "launcher_address": launcher_address,
+            "port": addresses.free_port(address) if request.get("want_port") else None,
+            "hostname": socket.gethostname()}
+
+
+def _obey(rank):
+    """Step 4: pass "signal N" lines on to the rank; kill it when the launcher's channel closes."""
+    for line in sys.stdin:
+        words = line.split()
+        if len(words) == 2 and words[0] == "signal" and words[1].isdigit():
+            rank.signal(int(words[1]))
+    rank.kill()
+
+
+def main():
+    """Runs steps 1-4 and exits with the rank's exit code."""
+    request = _read_json_line("the start request")
+    try:
+        reply = answer(request)
+    except ValueError as e:
+        _fail(str(e))
+    sys.stdout.write(READY_MARK + json.dumps(reply) + "\n")
+    sys.stdout.flush()
+    job = _read_json_line("the rank's environment")
+    env = {**os.environ, **job["env"]}
+    env.setdefault(ADVERTISE, reply["address"])
+    try:
+        rank = local_rank.LocalRank(hosts.Slot(**job["slot"]), job["command"], env, None, None)
+    except OSError as e:
+        _fail(f"cannot start {job['command'][0]!r}: {e.strerror or e}")
+    threading.Thread(target=_obey, args=(rank,), daemon=True).start()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; its "signal" lines carry it
+    sys.exit(rank.wait())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""One rank on another host, as the launcher sees it: an ssh process talking to `tfring.launch.remote`.
+
+Nothing secret goes on the ssh command line: the rank's environment (the job secret among it)
+travels over the channel (see remote.py for the conversation). Stopping works through the channel
+too: "signal N" lines for SIGINT/SIGTERM, and closing it kills the rank; when the launcher dies,
+the ssh client dies with it (PR_SET_PDEATHSIG) and the channel closes the same way.
+"""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import threading
+
+from tfring.launch import local_rank
+from tfring.launch import remote
+
+DEFAULT_RSH = "ssh -o BatchMode=yes"
+# Variables the interpreter needs before it starts (to find tfring); none of them is secret.
+_INTERPRETER_ENV = ("PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
+# Seconds ssh has to end once its channel is closed before it is killed.
+SSH_EXIT_GRACE = 2.0
+
+
+def ssh_prefix(rsh=None, port=None, identity_file=None, connect_timeout=30):
+    """The command that runs a command on another host, before the host's name.
+
+    Args:
+        rsh: replaces the whole default `ssh -o BatchMode=yes` (e.g. "ssh -F ./ssh_config").
+        port: `ssh -p PORT`.
+        identity_file: `ssh -i FILE`.
+        connect_timeout: seconds ssh may take to connect (the default command only).
+
+    Returns:
+        A list of arguments.
+
+    Example:
+
+    >>> ssh_prefix(port=2222)
+    ['ssh', '-o', 'BatchMode=yes', '-o', 'ConnectTimeout=30', '-p', '2222']
+    """
+    prefix = shlex.split(rsh) if rsh else shlex.split(DEFAULT_RSH) + ["-o", f"ConnectTimeout={int(connect_timeout)}"]
+    if port is not None:
+        prefix += ["-p", str(port)]
+    if identity_file:
+        prefix += ["-i", identity_file]
+    return prefix
+
+
+def remote_command(cwd, python, environ):
+    """The shell command run on the other host: the same directory and interpreter as here.
+
+    Args:
+        cwd: the working directory (a shared file system is assumed).
+        python: the interpreter that runs `tfring.launch.remote`.
+        environ: the launcher's environment (only the interpreter's search paths are taken).
+
+    Returns:
+        One string, as ssh passes it to the remote shell.
+    """
+    assignments = [f"{k}={shlex.quote(environ[k])}" for k in _INTERPRETER_ENV if environ.get(k)]
+    return " ".join(["cd", shlex.quote(cwd), "&&", "exec", "env"] + assignments +
+                    [shlex.quote(python), "-u", "-m", "tfring.launch.remote"])
+
+
+class RemoteRank:
+    """A rank started over ssh; same interface as `local_rank.LocalRank`.
+
+    Args:
+        slot: the rank's `hosts.Slot`.
+        prefix: `ssh_prefix(...)`.
+        command: `remote_command(...)`.
+
+    Raises:
+        OSError: the ssh command itself cannot be started.
+    """
+
+    def __init__(self, slot, prefix, command):
+        self.slot = slot
+        self.reply = None
+        self.ready = threading.Event()
+        self._early_stderr = []
+        self._stderr_take = None
+        self._lock = threading.RLock()  # the signal handler may write while the main thread does
+        self.proc = subprocess.Popen(prefix + [slot.host, command], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                     preexec_fn=local_rank.die_with(os.getpid()))
+
+    def _write(self, text):
+        with self._lock:
+            try:
+                self.proc.stdin.write(text.encode())
+                self.proc.stdin.flush()
+                return True
+            except (BrokenPipeError, ValueError, OSError):
+                return False
+
+    def request(self, interface, want_port):
+        """Step 1: asks the far end what it runs and where it is."""
+        self._write(json.dumps({"interface": interface, "want_port": want_port}) + "\n")
+
+    def send_job(self, env, command):
+        """Step 3: the rank's environment and command; the rank starts."""
+        slot = vars(self.slot)
+        self._write(json.dumps({"env": env, "command": list(command), "slot": slot}) + "\n")
+
+    def pump_stdout(self, take):
+        """Reads ssh's stdout until EOF: the ready line, then the rank's output (run in a thread)."""
+        for line in iter(self.proc.stdout.readline, b""):
+            if not self.ready.is_set() and line.startswith(remote.READY_MARK.encode()):
+                self.reply = json.loads(line[len(remote.READY_MARK):])
+                self.ready.set()
+            else:
+                take(line)
+        self.proc.stdout.close()
+        self.ready.set()  # an end before the ready line wakes the launcher too
+
+    def pump_stderr(self, take):
+        """Reads ssh's stderr until EOF; lines before the ready line are kept for the start error."""
+        for line in iter(self.proc.stderr.readline, b""):
+            with self._lock:
+                if self._stderr_take is None:
+                    self._early_stderr.append(line)
+                    continue
+            take(line)
+        self.proc.stderr.close()
+
+    def start_stderr(self, take):
+        """From now on stderr lines are the rank's: show the ones kept so far and pass on the rest."""
+        with self._lock:
+            for line in self._early_stderr:
+                take(line)
+            self._early_stderr = []
+            self._stderr_take = take
+
+    def start_error(self, timeout):
+        """Why the far end did not answer: ssh's own words, or the time waited."""
+        with self._lock:
+            said = b"".join(self._early_stderr).decode(errors="replace").strip()
+        if said:
+            return said.replace("\n", "; ")
+        if self.proc.poll() is not None:
+            return f"ssh exited with code {self.proc.returncode} without a word"
+        return f"no answer within {timeout:g} s (--start-timeout)"
+
+    def poll(self):
+        """The exit code once ssh has ended (the rank's, or 255 when ssh lost the host), else None."""
+        code = self.proc.poll()
+        return None if code is None else local_rank.exit_code(code)
+
+    def signal(self, signum):
+        """Asks the far end to send `signum` to the rank's process group."""
+        if self.proc.poll() is None:
+            self._write(f"signal {int(signum)}\n")
+
+    def kill(self):
+        """Closes the channel: the far end kills the rank and exits, and ssh with it."""
+        with self._lock:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def force(self):
+        """Kills ssh itself (a host that no longer answers cannot close the channel)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout=None):
+        """Waits for ssh to end and returns the exit code."""
+        self.proc.wait(timeout)
+        return self.poll()
+
+    def describe_failure(self, code):
+        """One line for the launcher: which rank failed, on which host, and how."""
+        where = f"rank {self.slot.rank} on host {self.slot.host}"
+        if code == 255:
+            return f"lost the connection to {where} (ssh exited 255)"
+        return f"{where} exited with code {code}"

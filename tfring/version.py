@@ -1,0 +1,3 @@
+"""tfring's version: written here and nowhere else (setup.py reads this file as text)."""
+
+__version__ = "0.3.0"
