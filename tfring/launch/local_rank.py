@@ -107,4 +107,6 @@ class LocalRank:
 
     def describe_failure(self, code):
         """One line for the launcher: which rank failed and how."""
+        if self.proc.returncode is not None and self.proc.returncode < 0:
+            return f"rank {self.slot.rank} was killed by {signal.Signals(-self.proc.returncode).name}"
         return f"rank {self.slot.rank} exited with code {code}"

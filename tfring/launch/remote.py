@@ -71,12 +71,17 @@ def answer(request):
             "hostname": socket.gethostname()}
 
 
-def _obey(rank):
-    """Step 4: pass "signal N" lines on to the rank; kill it when the launcher's channel closes."""
+def _obey(rank, told):
+    """Step 4: pass "signal N" lines on to the rank; kill it when the launcher's channel closes.
+
+    `told` is set once the launcher has signalled or stopped the rank.
+    """
     for line in sys.stdin:
         words = line.split()
         if len(words) == 2 and words[0] == "signal" and words[1].isdigit():
+            told.set()
             rank.signal(int(words[1]))
+    told.set()
     rank.kill()
 
 
@@ -96,9 +101,13 @@ def main():
         rank = local_rank.LocalRank(hosts.Slot(**job["slot"]), job["command"], env, None, None)
     except OSError as e:
         _fail(f"cannot start {job['command'][0]!r}: {e.strerror or e}")
-    threading.Thread(target=_obey, args=(rank,), daemon=True).start()
+    told = threading.Event()
+    threading.Thread(target=_obey, args=(rank, told), daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; its "signal" lines carry it
-    sys.exit(rank.wait())
+    code = rank.wait()
+    if rank.proc.returncode < 0 and not told.is_set():  # the launcher only sees 128+N: say which signal
+        sys.stderr.write(f"tfring run: {socket.gethostname()}: {rank.describe_failure(code)}\n")
+    sys.exit(code)
 
 
 if __name__ == "__main__":
