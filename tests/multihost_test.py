@@ -1,0 +1,253 @@
+"""tfring across hosts: `tfring run -H` over real ssh into emulated hosts (network namespaces).
+
+Each host is a network namespace with its own address, hostname and sshd (tfring.emulated_hosts);
+the launcher runs in the root namespace and reaches them as it would other machines. Needs root,
+iproute2 and openssh-server (.ci/run installs them); skipped, saying why, without them.
+"""
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from collectives_test import CHECK_EVERYTHING
+from ring_strategy_test import FIT
+from ring_strategy_test import _single
+from tfring import emulated_hosts
+from tfring.testing import QUIET_ENV
+from tfring.testing import rank_lines
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.emulated_hosts]
+
+
+def _hosts(count):
+    ok, reason = emulated_hosts.available()
+    if not ok:
+        pytest.skip(reason)
+    return emulated_hosts.EmulatedHosts(count)
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    with _hosts(2) as hosts:
+        yield hosts
+
+
+@pytest.fixture(scope="module")
+def three_hosts():
+    with _hosts(3) as hosts:
+        yield hosts
+
+
+def _script(source):
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, dir="/tmp") as f:
+        f.write(textwrap.dedent(source))
+    return f.name
+
+
+def launcher_argv(hosts, layout, script, env=None, args=()):
+    """`tfring run` across `hosts` with `layout` (ranks per host), every variable in `env` exported."""
+    hosts_arg = ",".join(f"{name}:{n}" for name, n in zip(hosts.names, layout))
+    exports = [arg for k, v in {**QUIET_ENV, **(env or {})}.items() for arg in ("-x", f"{k}={v}")]
+    return ([sys.executable, "-m", "tfring.run", "-H", hosts_arg, "--rsh", " ".join(hosts.ssh_command),
+             "--all-output"] + exports + list(args) + [sys.executable, script])
+
+
+def launch(hosts, layout, source, env=None, args=(), timeout=300):
+    script = _script(source)
+    try:
+        return subprocess.run(launcher_argv(hosts, layout, script, env, args), capture_output=True, text=True,
+                              timeout=timeout)
+    finally:
+        os.unlink(script)
+
+
+def _no_ranks_left(hosts, seconds=30):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = {i: hosts.pids(i) for i in range(len(hosts.names))}
+        if not any(left.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"processes left on the emulated hosts: {left}")
+
+
+@pytest.mark.parametrize("layout", [(2, 2), (1, 1, 1)], ids=["2x2", "3x1"])
+def test_collectives_equal_numpy_across_hosts(request, layout):
+    hosts = request.getfixturevalue("two_hosts" if len(layout) == 2 else "three_hosts")
+    proc = launch(hosts, layout, CHECK_EVERYTHING)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(sum(layout)):
+        lines = rank_lines(proc.stdout, r)
+        assert "FAILURES 0" in lines, "\n".join(lines)
+    _no_ranks_left(hosts)
+
+
+def test_fit_across_hosts_equals_one_process(two_hosts, tmp_path):
+    env = {"OPT": "adam", "INPUT": "dataset", "OUT": str(tmp_path)}
+    _single(tmp_path, env)
+    proc = launch(two_hosts, (2, 2), FIT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = np.load(tmp_path / "w0of1.npy")
+    ranks = [np.load(tmp_path / f"w{r}of4.npy") for r in range(4)]
+    assert all(np.array_equal(ranks[0], w) for w in ranks[1:]), "ranks differ"
+    assert np.max(np.abs(ranks[0] - one)) <= 1e-5, np.max(np.abs(ranks[0] - one))
+
+
+def test_hostfile_and_host_identity(three_hosts, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# three emulated hosts\n" + "".join(f"{n} slots=1\n" for n in three_hosts.names))
+    code = "import socket, tfring; tfring.init(); print('AT', socket.gethostname(), tfring.local_rank(), tfring.local_size())"
+    script = _script(code)
+    try:
+        argv = launcher_argv(three_hosts, (1, 1, 1), script)
+        argv[argv.index("-H"):argv.index("-H") + 2] = ["--hostfile", str(hostfile)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    finally:
+        os.unlink(script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r, name in enumerate(three_hosts.names):
+        assert rank_lines(proc.stdout, r) == [f"AT {name} 0 1"]
+
+
+def test_an_unknown_host_fails_the_start_naming_it(two_hosts):
+    argv = launcher_argv(two_hosts, (1, 1), "/dev/null")
+    argv[argv.index("-H") + 1] = f"{two_hosts.names[0]}:1,nosuchhost:1"
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 127
+    assert "cannot start rank 1 on host nosuchhost: ssh: Could not resolve hostname nosuchhost" in proc.stderr
+    _no_ranks_left(two_hosts)
+
+
+def test_a_host_whose_sshd_is_stopped_fails_the_start_naming_it(two_hosts):
+    two_hosts.stop_sshd(1)
+    try:
+        start = time.monotonic()
+        proc = launch(two_hosts, (1, 1), "import time; time.sleep(60)", timeout=120)
+        assert proc.returncode == 127
+        assert f"cannot start rank 1 on host {two_hosts.names[1]}: " in proc.stderr
+        assert "Connection refused" in proc.stderr
+        assert time.monotonic() - start < 30
+    finally:
+        two_hosts.start_sshd(1)
+    _no_ranks_left(two_hosts)
+
+
+LOOP = r'''
+import os, sys, time
+import tensorflow as tf
+import tfring
+tfring.init()
+print("UP", tfring.rank(), os.getpid(), flush=True)
+try:
+    while True:
+        tfring.ops.allreduce(tf.ones([1 << 16]))
+        time.sleep(0.01)
+except tf.errors.UnavailableError as e:
+    print("UNAVAILABLE", e.message.splitlines()[0], flush=True)
+    sys.exit(1)
+'''
+
+
+def _start(hosts, layout, source, env=None):
+    script = _script(source)
+    proc = subprocess.Popen(launcher_argv(hosts, layout, script, env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    pids = {}
+    deadline = time.monotonic() + 120
+    while len(pids) < sum(layout) and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if " UP " in line:
+            _, _, rank, pid = line.split()
+            pids[int(rank)] = int(pid)
+    assert len(pids) == sum(layout), f"the ranks did not start: {proc.stderr.read() if proc.poll() else ''}"
+    return proc, pids, script
+
+
+def test_a_rank_killed_on_another_host_stops_every_rank_on_every_host(two_hosts):
+    proc, pids, script = _start(two_hosts, (2, 2), LOOP)
+    try:
+        start = time.monotonic()
+        os.kill(pids[3], signal.SIGKILL)  # rank 3 runs on host h1 (pids are global: one pid namespace)
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - start < 30
+        assert proc.returncode == 137, err[-3000:]
+        assert f"rank 3 on host {two_hosts.names[1]} exited with code 137" in err
+        assert "rank 3 was killed by SIGKILL" in err
+    finally:
+        os.unlink(script)
+        proc.kill()
+    _no_ranks_left(two_hosts)
+
+
+def test_a_stopped_rank_times_out_the_others(two_hosts):
+    proc, pids, script = _start(two_hosts, (1, 1), LOOP, env={"TFRING_TIMEOUT": "3"})
+    try:
+        os.kill(pids[1], signal.SIGSTOP)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode != 0
+        assert any("timed out waiting for rank 1" in line for line in rank_lines(out, 0)), out[-2000:] + err[-2000:]
+    finally:
+        os.unlink(script)
+        for pid in pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+    _no_ranks_left(two_hosts)
+
+
+def test_a_host_cut_off_mid_allreduce_fails_the_others_naming_the_peer(two_hosts):
+    proc, pids, script = _start(two_hosts, (1, 1), LOOP, env={"TFRING_TIMEOUT": "5"})
+    try:
+        two_hosts.link_down(1)
+        out, err = proc.communicate(timeout=90)
+        seen = [line for line in rank_lines(out, 0) if line.startswith("UNAVAILABLE")]
+        assert seen and "rank 1" in seen[0], out[-2000:] + err[-2000:]
+        assert proc.returncode != 0
+    finally:
+        two_hosts.link_up(1)
+        os.unlink(script)
+        proc.kill()
+    _no_ranks_left(two_hosts, seconds=60)  # rank 1 times out by itself behind the cut link
+
+
+def test_a_killed_launcher_leaves_no_rank_on_any_host(two_hosts):
+    proc, pids, script = _start(two_hosts, (2, 2), LOOP)
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        os.unlink(script)
+    _no_ranks_left(two_hosts)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None,
+                    reason="mpirun is not installed (apt-get install openmpi-bin; .ci/run does)")
+def test_mpirun_across_hosts_with_a_secret(two_hosts):
+    from mpirun_test import SCRIPT
+
+    names = two_hosts.names
+    env = {k: v for k, v in {**os.environ, **QUIET_ENV}.items() if not k.startswith("TFRING_")}
+    env["TFRING_SECRET"] = secrets.token_hex(16)
+    env["TFRING_STORE_ADDR"] = f"{two_hosts.addresses[0]}:{29500 + secrets.randbelow(1000)}"
+    exports = [a for k in ["TFRING_SECRET", "TFRING_STORE_ADDR", "PATH", *QUIET_ENV] for a in ("-x", k)]
+    cmd = (["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "4",
+            "--host", f"{names[0]}:2,{names[1]}:2", "--mca", "plm_rsh_agent", " ".join(two_hosts.ssh_command)]
+           + exports + [sys.executable, "-c", SCRIPT])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("MPI"))
+    assert lines == [f"MPI {r} 4 2 [10.0, 10.0, 10.0, 10.0, 10.0]" for r in range(4)], proc.stdout
+    _no_ranks_left(two_hosts)
