@@ -123,6 +123,24 @@ def test_shm_without_single_copy_is_exact_too():
         assert "TRANSPORT shm" in rank_lines(proc.stdout, r)
 
 
+HOST_IDS = r'''
+import os
+os.environ["TFRING_HOST_ID"] = "emulated-host-" + os.environ["TFRING_RANK"]  # read at init()
+import tensorflow as tf
+import tfring
+tfring.init()
+print("TRANSPORT", tfring.transport_name(), "SUM", tfring.ops.allreduce(tf.constant([1.0])).numpy()[0])
+'''
+
+
+def test_ranks_of_different_host_ids_count_as_different_hosts():
+    # TFRING_HOST_ID replaces detection: two ranks of one machine named as two hosts use TCP
+    # (transport=auto across hosts), as ranks in two network namespaces would.
+    proc = run_job(2, HOST_IDS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        assert "TRANSPORT tcp SUM 2.0" in rank_lines(proc.stdout, r), proc.stdout[-2000:]
+
 MISMATCH = r'''
 import tensorflow as tf
 import tfring

@@ -74,6 +74,9 @@ SECONDS = Kind(float, _seconds, "a number of seconds > 0", repr)
 BYTES = Kind(int, _bytes, "a whole number of bytes >= 0")
 FLAG = Kind(_flag, _bool, "0 or 1", lambda v: "1" if v else "0")
 TEXT = Kind(str, lambda v: _require(isinstance(v, str) and "\n" not in v, v), "text on one line")
+# Text that travels in the core's space-separated records (the rendezvous endpoint).
+WORD = Kind(str, lambda v: _require(isinstance(v, str) and not any(c.isspace() for c in v), v),
+            "text without spaces")
 TRANSPORT = Kind(str, lambda v: _require(v in ("auto", "shm", "tcp"), v), "'auto', 'shm' or 'tcp'")
 
 
@@ -82,7 +85,7 @@ def setting(default, kind, meaning, env=None, shown_default=None):
 
     Args:
         default: the value when neither an argument nor the environment gives one.
-        kind: a `Kind` (`SECONDS`, `BYTES`, `FLAG`, `TEXT`, `TRANSPORT`).
+        kind: a `Kind` (`SECONDS`, `BYTES`, `FLAG`, `TEXT`, `WORD`, `TRANSPORT`).
         meaning: one line for the README's table and for messages.
         env: the environment variable that sets it, or None (argument only).
         shown_default: how the README shows the default, when not `str(default)`.
@@ -117,6 +120,10 @@ class Config:
         store_frame_timeout: seconds a store request or reply may take once it has begun.
         mixed_ring: with `transport="auto"` and ranks on several hosts, use shared memory for the
             ring's links inside a host and TCP between hosts (off: TCP on every link, as before).
+        host_id: this rank's host identity: ranks with equal ones count as one host and may share
+            memory. `""` (the default) detects it from the hostname, the boot id and the network
+            namespace, so that network namespaces on one machine count as different hosts; any
+            other text (no spaces) replaces detection, as `NCCL_HOSTID` does.
 
     Example:
 
@@ -146,6 +153,9 @@ class Config:
     mixed_ring: bool = setting(False, FLAG, "1/0: with `auto` across hosts, shared memory between ranks on "
                                "one host and TCP between hosts in one ring (0: TCP on every link)",
                                shown_default="0")
+    host_id: str = setting("", WORD, "ranks with equal host ids count as one host and may share memory; "
+                           "text without spaces", env="TFRING_HOST_ID",
+                           shown_default="hostname, boot id and network namespace")
 
     @classmethod
     def resolve(cls, environ=None, **arguments):
@@ -171,7 +181,7 @@ class Config:
         for name, field in fields.items():
             env = field.metadata["env"]
             if arguments.get(name) is None and env and env in environ:
-                values[name] = _from_text(env, field.metadata["kind"], environ[env])
+                values[name] = _from_text(env, name, field.metadata["kind"], environ[env])
         values.update({k: v for k, v in arguments.items() if v is not None})
         config = cls(**values)
         config.validate()
@@ -212,11 +222,12 @@ class Config:
         return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
-def _from_text(env, kind, text):
+def _from_text(env, name, kind, text):
+    # Checked here, so that a bad value names the variable the user set as well as the setting.
     try:
-        return kind.parse(text)
-    except ValueError:
-        raise ValueError(f"{env} must be {kind.expected}, got {text!r}") from None
+        return kind.coerce(kind.parse(text))
+    except (TypeError, ValueError):
+        raise ValueError(f"{env} ({name}) must be {kind.expected}, got {text!r}") from None
 
 
 def settings_table():

@@ -53,7 +53,8 @@ def test_the_record_for_the_core_is_complete_and_typed():
                       "store_port": "4242", "secret": "s", "job_id": "j", "timeout": "60.0",
                       "rendezvous_timeout": "120.0", "transport": "auto", "single_copy": "0",
                       "fusion_threshold_bytes": "1000", "advertise_host": "", "store_request_timeout": "5.0",
-                      "store_auth_timeout": "10.0", "store_frame_timeout": "30.0", "mixed_ring": "0"}
+                      "store_auth_timeout": "10.0", "store_frame_timeout": "30.0", "mixed_ring": "0",
+                      "host_id": ""}
 
 
 def test_a_job_of_several_ranks_needs_the_store_port():
@@ -74,3 +75,27 @@ def test_a_job_of_several_ranks_needs_the_store_port():
 def test_bad_arguments_name_the_setting(option, value, needle):
     with pytest.raises(ValueError, match=needle):
         Config.resolve(environ={}, **{option: value})
+
+
+def test_host_id_reaches_the_record_from_its_variable():
+    from tfring.launch.cluster import ClusterInfo
+
+    job = ClusterInfo(rank=0, size=1)
+    record = dict(line.split("=", 1) for line in Config.resolve(environ={}).record(job).splitlines())
+    assert record["host_id"] == ""  # detect
+    c = Config.resolve(environ={"TFRING_HOST_ID": "rack4-node7"})
+    record = dict(line.split("=", 1) for line in c.record(job).splitlines())
+    assert c.host_id == "rack4-node7" and record["host_id"] == "rack4-node7"
+    assert Config.resolve(environ={"TFRING_HOST_ID": "rack4-node7"}, host_id="node8").host_id == "node8"
+
+
+@pytest.mark.parametrize("environ,arguments,needle", [
+    ({"TFRING_HOST_ID": "rack 4"}, {}, r"TFRING_HOST_ID \(host_id\) must be text without spaces, got 'rack 4'"),
+    ({"TFRING_HOST_ID": "rack4\t"}, {}, r"TFRING_HOST_ID \(host_id\) must be text without spaces"),
+    ({}, {"host_id": "a b"}, "host_id must be text without spaces, got 'a b'"),
+    ({}, {"host_id": "a\nb"}, "host_id must be text without spaces"),
+])
+def test_host_id_refuses_whitespace(environ, arguments, needle):
+    # The identity travels in the core's space-separated rendezvous record.
+    with pytest.raises(ValueError, match=needle):
+        Config.resolve(environ=environ, **arguments)

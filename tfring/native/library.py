@@ -99,6 +99,21 @@ def error_name(code):
     return load()[1].tfring_error_name(int(code)).decode()
 
 
+def host_identity():
+    """This host's identity as the core detects it: hostname, boot id and network namespace.
+
+    Ranks whose identities are equal count as one host and may share memory; ranks in different
+    network namespaces of one machine count as different hosts. The setting `host_id`
+    (`TFRING_HOST_ID`) replaces detection; this function shows what detection finds.
+
+    Returns:
+        str, "hostname/boot id/net:[inode]"; the library is loaded (and built if needed) first.
+    """
+    buf = ctypes.create_string_buffer(1024)
+    load()[1].tfring_host_identity(buf, len(buf))
+    return buf.value.decode()
+
+
 def _declare(c):
     # Calls that can fail return a code (0 = OK) and write the message into the buffer passed last.
     c.tfring_error_name.argtypes = [ctypes.c_int]
@@ -109,6 +124,8 @@ def _declare(c):
     c.tfring_initialized.restype = ctypes.c_int
     c.tfring_topology.argtypes = [ctypes.POINTER(ctypes.c_int)] * 4
     c.tfring_transport_name.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    c.tfring_host_identity.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    c.tfring_host_identity.restype = None
     c.tfring_allreduce_raw.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
                                        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
                                        ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]

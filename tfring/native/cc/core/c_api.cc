@@ -1,5 +1,6 @@
-// A plain C interface to the runtime for Python's ctypes: init / shutdown / topology, and
-// synchronous collectives on raw buffers (used by tests and benchmarks that need no TensorFlow).
+// A plain C interface to the runtime for Python's ctypes: init / shutdown / topology, the
+// detected host identity, and synchronous collectives on raw buffers (used by tests and
+// benchmarks that need no TensorFlow).
 // Calls that can fail return a tfring::Code value (0 = OK; error_code.h) and write the message
 // into `err`; tfring_error_name() turns a code into its name.
 #include <cstring>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "runtime.h"
+#include "transport/host_identity.h"
 
 using tfring::Code;
 using tfring::Config;
@@ -74,6 +76,14 @@ int tfring_transport_name(char* buf, size_t len) {
   std::strncpy(buf, n.c_str(), len - 1);
   buf[len - 1] = '\0';
   return 0;
+}
+
+// This machine's host identity as detected (hostname/boot id/network namespace): the one a rank
+// publishes unless the setting host_id replaces it. Needs no runtime.
+void tfring_host_identity(char* buf, size_t len) {
+  if (!buf || !len) return;
+  std::strncpy(buf, tfring::localHostIdentity("").c_str(), len - 1);
+  buf[len - 1] = '\0';
 }
 
 // Reduces n buffers (counts[i] elements each) in one collective.

@@ -45,6 +45,13 @@ void setText(Config& c, const std::string&, const std::string& v) {
   c.*Member = v;
 }
 
+// Text without whitespace: it travels in space-separated records (the rendezvous endpoint).
+template <auto Member>
+void setWord(Config& c, const std::string& k, const std::string& v) {
+  if (v.find_first_of(" \t\r\v\f") != std::string::npos) badValue(k, "text without spaces", v);
+  c.*Member = v;
+}
+
 template <auto Member>
 void setFlag(Config& c, const std::string& k, const std::string& v) {
   if (v != "0" && v != "1") badValue(k, "0 or 1", v);
@@ -87,6 +94,7 @@ const Field kFields[] = {
     {"store_auth_timeout", setSeconds<&Config::storeAuthTimeout>},
     {"store_frame_timeout", setSeconds<&Config::storeFrameTimeout>},
     {"mixed_ring", setFlag<&Config::mixedRing>},
+    {"host_id", setWord<&Config::hostId>},
 };
 constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 

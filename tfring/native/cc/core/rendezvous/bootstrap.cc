@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "rendezvous/rank_gather.h"
+#include "transport/host_identity.h"
 #include "transport/link_choice.h"
 #include "transport/ring_links.h"
 #include "transport/ring_transport.h"
@@ -154,18 +155,12 @@ std::unique_ptr<Transport> buildTransport(const Config& c, Store& store, const s
 
 }  // namespace
 
-std::string localHostIdentity() { return hostName() + "/" + bootId(); }
-
 std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
-  return connectRing(c, store, localHostIdentity());
-}
-
-std::unique_ptr<Transport> connectRing(const Config& c, Store& store, const std::string& hostIdentity) {
   if (c.size == 1) return nullptr;
   const Deadline deadline = Deadline::after(c.rendezvousTimeout);
   const std::string host = listenHost(c);
   Socket listener = Socket::listen(host, 0);
-  publishEndpoint(store, c, {host, listener.port(), hostIdentity, static_cast<int>(getpid())});
+  publishEndpoint(store, c, {host, listener.port(), localHostIdentity(c.hostId), static_cast<int>(getpid())});
   agreeOnSettings(store, c, deadline);
   const std::vector<Endpoint> ring = gatherEndpoints(store, c, deadline);
   const std::vector<LinkKind> plan = planRing(c.transport, ring, c.mixedRing);

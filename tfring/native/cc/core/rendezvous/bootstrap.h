@@ -6,7 +6,6 @@
 #pragma once
 
 #include <memory>
-#include <string>
 
 #include "config.h"
 #include "rendezvous/store.h"
@@ -15,14 +14,9 @@
 namespace tfring {
 
 // Returns null for a job of one rank. Throws kDeadlineExceeded naming the ranks that did not
-// show up within config.rendezvousTimeout.
+// show up within config.rendezvousTimeout. Ranks whose host identities are equal
+// (transport/host_identity.h: config.hostId, else detected) count as one host and may share
+// memory; tests give thread-ranks different host ids to build rings spanning several "hosts".
 std::unique_ptr<Transport> connectRing(const Config& config, Store& store);
-
-// The same with this rank's host identity given: ranks with equal identities count as one host
-// and may share memory. Tests use it to build rings spanning several "hosts" in one process.
-std::unique_ptr<Transport> connectRing(const Config& config, Store& store, const std::string& hostIdentity);
-
-// This machine's identity: its hostname and boot id.
-std::string localHostIdentity();
 
 }  // namespace tfring

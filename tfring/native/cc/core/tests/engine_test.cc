@@ -28,7 +28,7 @@ void withEngines(int size, const Mode& m, const std::function<void(Config&)>& tw
     Config c = rankConfig(r, size, m, job);
     tweak(c);
     auto ps = std::make_shared<PrefixStore>(job, store);
-    Engine e(c, connectRing(c, *ps, hostOf(m, r)), ps);
+    Engine e(c, connectRing(c, *ps), ps);
     fn(r, e);
     storeBarrier(*ps, "test-end", r, size, Deadline::after(30));
   });
@@ -138,7 +138,7 @@ TEST(engine_dead_peer_fails_fast_with_its_rank) {
       Config c = rankConfig(r, 3, m, job);
       c.collectiveTimeout = 20;
       auto ps = std::make_shared<PrefixStore>(job, store);
-      auto transport = connectRing(c, *ps, hostOf(m, r));
+      auto transport = connectRing(c, *ps);
       if (r == 1) {
         // Rank 1 "dies": its connections close without a word.
         transport.reset();

@@ -39,16 +39,13 @@ inline std::vector<Mode> allModes() {
           {"auto", true, "shm-and-tcp", 2}};
 }
 
-// Rank r's host identity under `m`.
-inline std::string hostOf(const Mode& m, int rank) {
-  return m.ranksPerHost > 0 ? "host" + std::to_string(rank / m.ranksPerHost) : tfring::localHostIdentity();
-}
-
 inline tfring::Config rankConfig(int rank, int size, const Mode& m, const std::string& job) {
   tfring::Config c = testConfig(rank, size, job);
   c.transport = m.transport;
   c.singleCopy = m.singleCopy;
   c.mixedRing = m.mixedRing;
+  // The host as the setting host_id (TFRING_HOST_ID) names it; "" leaves it to detection.
+  c.hostId = m.ranksPerHost > 0 ? "host" + std::to_string(rank / m.ranksPerHost) : "";
   return c;
 }
 
@@ -65,7 +62,7 @@ inline void withRing(int size, const Mode& m,
   spawn(size, [&](int r) {
     tfring::Config c = rankConfig(r, size, m, job);
     tfring::PrefixStore ps(job, store);
-    auto t = tfring::connectRing(c, ps, hostOf(m, r));
+    auto t = tfring::connectRing(c, ps);
     fn(r, t.get(), c);
     // Keep every transport alive until all ranks are done with their last step.
     tfring::storeBarrier(ps, "test-end", r, size, tfring::Deadline::after(30));

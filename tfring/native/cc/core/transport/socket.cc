@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 namespace tfring {
@@ -252,19 +251,6 @@ std::string defaultHostAddress() {
   }
   freeifaddrs(list);
   return best;
-}
-
-std::string hostName() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
-std::string bootId() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(f, id);
-  return id;
 }
 
 }  // namespace tfring

@@ -63,8 +63,5 @@ class Socket {
 
 // The first non-loopback IPv4 address of this host, or 127.0.0.1.
 std::string defaultHostAddress();
-std::string hostName();
-// Identifies one boot of one machine (same-host detection survives containers sharing a name).
-std::string bootId();
 
 }  // namespace tfring
