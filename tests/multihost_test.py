@@ -88,6 +88,12 @@ def test_collectives_equal_numpy_across_hosts(request, layout):
     for r in range(sum(layout)):
         lines = rank_lines(proc.stdout, r)
         assert "FAILURES 0" in lines, "\n".join(lines)
+    # One ring over mixed links: shared memory to the neighbour on the same host, TCP across hosts.
+    transports = [line for line in rank_lines(proc.stdout, 0) if line.startswith("TRANSPORT")]
+    if layout == (2, 2):
+        assert transports[0].startswith("TRANSPORT shm") and "to rank 1, tcp from rank 3" in transports[0], transports
+    else:
+        assert transports == ["TRANSPORT tcp"], transports
     _no_ranks_left(hosts)
 
 

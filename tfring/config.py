@@ -119,7 +119,7 @@ class Config:
         store_auth_timeout: seconds a new store connection has to prove the job secret.
         store_frame_timeout: seconds a store request or reply may take once it has begun.
         mixed_ring: with `transport="auto"` and ranks on several hosts, use shared memory for the
-            ring's links inside a host and TCP between hosts (off: TCP on every link, as before).
+            ring's links inside a host and TCP between hosts (off: TCP on every link).
         host_id: this rank's host identity: ranks with equal ones count as one host and may share
             memory. `""` (the default) detects it from the hostname, the boot id and the network
             namespace, so that network namespaces on one machine count as different hosts; any
@@ -142,17 +142,17 @@ class Config:
                                 "`process_vm_readv`", env="TFRING_SINGLE_COPY", shown_default="1")
     fusion_threshold_bytes: int = setting(64 * MiB, BYTES, "bytes per fused allreduce pass; 0 reduces "
                                           "each tensor alone", env="TFRING_FUSION_THRESHOLD")
-    advertise_host: str = setting("", TEXT, "address other hosts use to reach this rank", env="TFRING_HOST",
-                                  shown_default="first non-loopback IPv4")
+    advertise_host: str = setting("", WORD, "address other hosts use to reach this rank", env="TFRING_HOST",
+                                  shown_default="`tfring run -H`: the address ssh reached; else first non-loopback IPv4")
     store_request_timeout: float = setting(60.0, SECONDS, "seconds one request to rank 0's rendezvous "
                                            "store may take", shown_default="60")
     store_auth_timeout: float = setting(10.0, SECONDS, "seconds a new store connection has to prove the "
                                         "job secret", shown_default="10")
     store_frame_timeout: float = setting(30.0, SECONDS, "seconds a store request or reply may take once "
                                          "begun", shown_default="30")
-    mixed_ring: bool = setting(False, FLAG, "1/0: with `auto` across hosts, shared memory between ranks on "
+    mixed_ring: bool = setting(True, FLAG, "1/0: with `auto` across hosts, shared memory between ranks on "
                                "one host and TCP between hosts in one ring (0: TCP on every link)",
-                               shown_default="0")
+                               env="TFRING_MIXED_RING", shown_default="1")
     host_id: str = setting("", WORD, "ranks with equal host ids count as one host and may share memory; "
                            "text without spaces", env="TFRING_HOST_ID",
                            shown_default="hostname, boot id and network namespace")

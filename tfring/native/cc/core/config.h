@@ -27,7 +27,7 @@ struct Config {
   double storeRequestTimeout = 0;   // store_request_timeout: seconds per request to the store
   double storeAuthTimeout = 0;      // store_auth_timeout: seconds a store client has to authenticate
   double storeFrameTimeout = 0;     // store_frame_timeout: seconds to finish a store frame once begun
-  bool mixedRing = false;           // mixed_ring: transport=auto may mix shm and TCP links across hosts
+  bool mixedRing = true;            // mixed_ring: transport=auto may mix shm and TCP links across hosts
   std::string hostId;               // host_id: this rank's host identity ("" -> detected)
 
   // Parses the record; throws Error(kInvalidArgument) naming a missing, unknown or repeated key, or

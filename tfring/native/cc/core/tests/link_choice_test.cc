@@ -34,7 +34,7 @@ TEST(link_choice_is_made_per_link_across_hosts) {
   CHECK(planRing("auto", ringOn({"a", "a", "b", "b"}), true) == std::vector<LinkKind>({kShm, kTcp, kShm, kTcp}));
   CHECK(planRing("auto", ringOn({"a", "b", "a"}), true) == std::vector<LinkKind>({kTcp, kTcp, kShm}));
   CHECK(planRing("tcp", ringOn({"a", "a", "b"}), true) == std::vector<LinkKind>({kTcp, kTcp, kTcp}));
-  // mixed_ring off (tfring's default for now): auto across hosts is TCP on every link.
+  // mixed_ring off: auto across hosts is TCP on every link.
   CHECK(planRing("auto", ringOn({"a", "a", "b", "b"}), false) == std::vector<LinkKind>({kTcp, kTcp, kTcp, kTcp}));
   CHECK(planRing("auto", ringOn({"a", "a", "a"}), false) == std::vector<LinkKind>({kShm, kShm, kShm}));
   CHECK(linkEnabled(kTcp, "auto", ringOn({"a"})[0], ringOn({"b"})[0]));
@@ -47,7 +47,7 @@ TEST(link_choice_refuses_shm_between_hosts_naming_the_ranks) {
 }
 
 TEST(ring_across_hosts_is_tcp_everywhere_without_mixed_ring) {
-  // tfring's default: ranks on two hosts, transport=auto, mixed_ring=0 -> every link TCP.
+  // ranks on two hosts, transport=auto, mixed_ring=0 -> every link TCP.
   Mode across{"auto", true, "auto-across-hosts", 2, false};
   withRing(4, across, [&](int rank, Transport* t, const Config&) {
     auto* ring = dynamic_cast<RingTransport*>(t);

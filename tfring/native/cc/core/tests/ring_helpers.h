@@ -28,7 +28,7 @@ struct Mode {
   // > 0: rank r runs on "host" r / ranksPerHost, so that links between hosts are TCP and the
   // others shared memory (transport=auto); 0: every rank on this machine.
   int ranksPerHost = 0;
-  bool mixedRing = true;  // mixed_ring: false is tfring's default (auto across hosts: TCP everywhere)
+  bool mixedRing = true;  // mixed_ring, tfring's default (false: auto across hosts is TCP everywhere)
 };
 
 // The last mode mixes link kinds in one ring once it has 3 ranks or more (2: both on one host).

@@ -39,7 +39,7 @@ inline tfring::Config testConfig(int rank, int size, const std::string& job) {
   const tfring::TcpStoreServerLimits limits = storeLimits();
   c.storeAuthTimeout = limits.authTimeout;
   c.storeFrameTimeout = limits.frameTimeout;
-  c.mixedRing = true;  // the ring tests exercise mixed rings (Python's default is off)
+  c.mixedRing = true;  // Python's default
   c.hostId = "";       // detected: every thread-rank on this machine
   return c;
 }
