@@ -172,7 +172,9 @@ class EmulatedHosts:
         b'h1\\n'
         """
         self._check_host(i)
-        return ["ip", "netns", "exec", self._namespaces[i], "unshare", "--uts", "--",
+        # Absolute paths: a caller's `env` may have no PATH. The shell names its new UTS namespace
+        # after the host, then becomes the command.
+        return [system.tool("ip"), "netns", "exec", self._namespaces[i], system.tool("unshare"), "--uts", "--",
                 "/bin/sh", "-c", 'hostname "$0" && exec "$@"', self._names[i]]
 
     def popen(self, i, argv, **kwargs):

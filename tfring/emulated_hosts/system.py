@@ -63,6 +63,11 @@ def available():
     return True, ""
 
 
+def tool(name):
+    """The absolute path of a system tool (`ip`, `unshare`), or its bare name if not on PATH."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin") or name
+
+
 def run_command(argv, check=True, unavailable=None, timeout=10.0, **kwargs):
     """Runs a short system command and returns its CompletedProcess (text output captured).
 
