@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-import tfring
+from tfring.version import __version__
 
 pytestmark = pytest.mark.multiprocess
-TFRING_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tfring.__file__)))
+TFRING_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds tfring/
 
 
 def _rsh(tmp_path, body):
@@ -97,7 +97,7 @@ def test_another_tfring_build_on_a_host_fails_the_start_naming_both(tmp_path):
                    env={"PYTHONPATH": ""}, cwd=tmp_path)
     assert proc.returncode == 127, proc.stderr
     assert "host old runs tfring 9.9.9 (build" in proc.stderr
-    assert f"but rank 0's host new runs tfring {tfring.__version__} (build" in proc.stderr
+    assert f"but rank 0's host new runs tfring {__version__} (build" in proc.stderr
     assert "install the same tfring and TensorFlow on every host" in proc.stderr
 
 
