@@ -257,3 +257,18 @@ def test_mpirun_across_hosts_with_a_secret(two_hosts):
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("MPI"))
     assert lines == [f"MPI {r} 4 2 [10.0, 10.0, 10.0, 10.0, 10.0]" for r in range(4)], proc.stdout
     _no_ranks_left(two_hosts)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_launcher_stops_every_rank_on_every_host(two_hosts, signum):
+    proc, pids, script = _start(two_hosts, (2, 2), LOOP)
+    try:
+        start = time.monotonic()
+        proc.send_signal(signum)
+        proc.communicate(timeout=30)
+        _no_ranks_left(two_hosts, seconds=10)
+        assert time.monotonic() - start < 10  # 5 s by design; slack for a loaded 2-core machine
+        assert proc.returncode != 0
+    finally:
+        os.unlink(script)
+        proc.kill()
