@@ -72,24 +72,31 @@ def test_signal_killed_rank_maps_to_128_plus_signal():
     assert proc.returncode == 128 + 9
 
 
-@pytest.mark.multiprocess
-def test_sigint_is_forwarded_to_every_rank():
-    code = ("import os, signal, sys, time\n"
-            "def h(*a): print('got SIGINT', flush=True); sys.exit(0)\n"
-            "signal.signal(signal.SIGINT, h)\n"
-            "print('ready', flush=True)\n"
-            "time.sleep(60)")
-    p = subprocess.Popen([sys.executable, "-m", "tfring.run", "-np", "2", "--all-output", sys.executable, "-c", code],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+SIGINT_HANDLER = ("import signal, sys, time\n"
+                  "def h(*a): print('got SIGINT', flush=True); sys.exit(0)\n"
+                  "signal.signal(signal.SIGINT, h)\n"
+                  "print('ready', flush=True)\n"
+                  "time.sleep(60)")
+
+
+def check_sigint_reaches_every_rank(launcher_args, env=None):
+    """Starts two ranks that print 'ready', sends SIGINT to `tfring run`, and checks both got it."""
+    p = subprocess.Popen([sys.executable, "-m", "tfring.run"] + launcher_args + ["--all-output", sys.executable,
+                          "-c", SIGINT_HANDLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen = 0
     while seen < 2:
         line = p.stdout.readline()
         assert line, "launcher ended early"
         seen += "ready" in line
     p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=20)
-    assert p.returncode == 0
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
     assert out.count("got SIGINT") == 2
+
+
+@pytest.mark.multiprocess
+def test_sigint_is_forwarded_to_every_rank():
+    check_sigint_reaches_every_rank(["-np", "2"])
 
 
 @pytest.mark.multiprocess

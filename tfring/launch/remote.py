@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 

@@ -7,7 +7,6 @@ mismatches, exit codes and signals. tests/multihost_test.py runs the real ssh ac
 
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import time
 
 import pytest
 
+from tfring.launch.launcher_test import check_sigint_reaches_every_rank
 from tfring.version import __version__
 
 pytestmark = pytest.mark.multiprocess
@@ -112,21 +112,7 @@ def test_a_failing_remote_rank_stops_the_job_with_its_code(tmp_path):
 
 def test_sigint_reaches_remote_ranks(tmp_path):
     rsh = _rsh(tmp_path, 'exec sh -c "$command"')
-    code = ("import signal, sys, time\n"
-            "def h(*a): print('got SIGINT', flush=True); sys.exit(0)\n"
-            "signal.signal(signal.SIGINT, h)\nprint('ready', flush=True)\ntime.sleep(60)")
-    p = subprocess.Popen([sys.executable, "-m", "tfring.run", "-H", "a:1,b:1", "--rsh", rsh, "--all-output",
-                          sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": TFRING_ROOT})
-    seen = 0
-    while seen < 2:
-        line = p.stdout.readline()
-        assert line, "launcher ended early"
-        seen += "ready" in line
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=30)
-    assert p.returncode == 0, err
-    assert out.count("got SIGINT") == 2
+    check_sigint_reaches_every_rank(["-H", "a:1,b:1", "--rsh", rsh], env={**os.environ, "PYTHONPATH": TFRING_ROOT})
 
 
 def test_bad_launch_options_are_refused(tmp_path):
