@@ -176,7 +176,10 @@ def _start(hosts, layout, source, env=None):
         if " UP " in line:
             _, _, rank, pid = line.split()
             pids[int(rank)] = int(pid)
-    assert len(pids) == sum(layout), f"the ranks did not start: {proc.stderr.read() if proc.poll() else ''}"
+    if len(pids) < sum(layout):
+        proc.kill()
+        os.unlink(script)
+        raise AssertionError(f"the ranks did not start: {proc.communicate(timeout=30)[1][-3000:]}")
     return proc, pids, script
 
 

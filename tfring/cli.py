@@ -100,7 +100,11 @@ def _run(args):
         return 2
     except launcher.StartError as e:
         print(e, file=sys.stderr)
-        return 127
+        return e.exit_code
+    except OSError as e:  # an --output-dir that cannot be made, an address that cannot be bound
+        print(f"tfring run: {e.strerror or e}{': ' + e.filename if getattr(e, 'filename', None) else ''}",
+              file=sys.stderr)
+        return 2
 
 
 def _convert(args):

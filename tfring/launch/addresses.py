@@ -8,6 +8,7 @@ interface that routes to the launcher, and on the launcher's own host the addres
 """
 
 import fcntl
+import ipaddress
 import socket
 import struct
 
@@ -42,6 +43,36 @@ def interface_address(name):
     return socket.inet_ntoa(packed[20:24])
 
 
+def _ipv4(text):
+    """`text` when it is an IPv4 address (also written as IPv6-mapped), else None: the core is IPv4 only."""
+    try:
+        address = ipaddress.ip_address(text or "")
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        address = address.ipv4_mapped
+    return str(address) if address else None
+
+
+def is_own_ipv4(address):
+    """Whether `address` is an IPv4 address of one of this host's interfaces (it can be bound).
+
+    Args:
+        address: text, or None.
+
+    Returns:
+        bool.
+    """
+    if _ipv4(address) is None:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((_ipv4(address), 0))
+            return True
+        except OSError:
+            return False
+
+
 def ssh_addresses(environ):
     """Both ends of the ssh connection this process was started through.
 
@@ -49,12 +80,13 @@ def ssh_addresses(environ):
         environ: the environment sshd gave the remote command.
 
     Returns:
-        (launcher's address, this host's address), or (None, None) outside ssh.
+        (launcher's address, this host's address) as IPv4 text, each None outside ssh or when
+        ssh ran over IPv6.
     """
     words = environ.get("SSH_CONNECTION", "").split()
     if len(words) != 4:
         return None, None
-    return words[0], words[2]
+    return _ipv4(words[0]), _ipv4(words[2])
 
 
 def route_source(destination):

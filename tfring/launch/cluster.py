@@ -14,6 +14,8 @@ LOCAL_RANK, LOCAL_SIZE = "TFRING_LOCAL_RANK", "TFRING_LOCAL_SIZE"
 STORE_ADDR, SECRET, JOB_ID = "TFRING_STORE_ADDR", "TFRING_SECRET", "TFRING_JOB_ID"
 # The read end of a pipe only `tfring run` writes to: EOF means the launcher is gone.
 LAUNCHER_FD = "TFRING_LAUNCHER_FD"
+# Settings the launcher sets for ranks (declared in tfring.config; config_test checks the names agree).
+ADVERTISE_HOST, HOST_ID, TIMEOUT = "TFRING_HOST", "TFRING_HOST_ID", "TFRING_TIMEOUT"
 # Set by the user for jobs started by other launchers (mpirun, srun): the secret, or a file holding it.
 SECRET_FILE = "TFRING_SECRET_FILE"
 

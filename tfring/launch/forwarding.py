@@ -9,9 +9,11 @@ remote command line.
 
 import re
 
+from tfring.launch import cluster
+
 FORWARDED = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
 # Facts about one host: rank 0's host's values would be wrong on the others.
-PER_HOST = ("TFRING_HOST", "TFRING_HOST_ID")
+PER_HOST = (cluster.ADVERTISE_HOST, cluster.HOST_ID)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -6,8 +6,11 @@ ring over the ranks crosses the network only where it moves from one host to the
 """
 
 import dataclasses
+import functools
 import re
 import socket
+
+from tfring.launch import addresses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +36,7 @@ class Slot:
     local_size: int
 
 
-_NAME = re.compile(r"^[A-Za-z0-9_.@-]+$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$")  # no leading "-": ssh would read an option
 
 
 def _host(name, slots_text, where):
@@ -164,6 +167,12 @@ def plan_slots(num_processes, hosts=None):
     return slots
 
 
+@functools.lru_cache(maxsize=None)
+def _own_names():
+    return {socket.gethostname(), socket.getfqdn()}  # getfqdn asks DNS: once per launcher
+
+
+@functools.lru_cache(maxsize=None)
 def is_local(name):
     """Whether `name` is this host: `localhost`, this host's name, or an address of one of its interfaces.
 
@@ -175,20 +184,12 @@ def is_local(name):
     Returns:
         True for this host.
     """
-    if name in ("localhost", socket.gethostname(), socket.getfqdn()):
+    if name == "localhost" or name in _own_names():
         return True
     try:
         infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
         return False
-    return any(_bindable(info[4][0]) for info in infos)
+    return any(addresses.is_own_ipv4(info[4][0]) for info in infos)
 
 
-def _bindable(address):
-    """Only addresses of this host's interfaces can be bound."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((address, 0))
-            return True
-        except OSError:
-            return False

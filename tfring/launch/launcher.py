@@ -72,10 +72,18 @@ def _cannot_start(command, error):
 class StartError(RuntimeError):
     """The job could not be started (a command not found, a host not reached): a one-line message.
 
+    Args:
+        message: the line to print.
+        exit_code: the launcher's exit code (127; 128+N when signal N interrupted the start).
+
     Example:
 
     >>> raise StartError("tfring run: cannot start 'train.py': Permission denied")
     """
+
+    def __init__(self, message, exit_code=127):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Job:
@@ -95,11 +103,13 @@ class Job:
         self.base_env = dict(os.environ if env is None else env)
         self.output = output.JobOutput(self.options.all_output, self.options.output_dir)
         here = {host: hostlist.is_local(host) for host in {s.host for s in self.slots}}
+        if sum(here.values()) > 1:
+            raise ValueError(f"{' and '.join(sorted(h for h in here if here[h]))} are both this host: "
+                             "name it once, with all its slots")
         self.remote_slots = [s for s in self.slots if not here[s.host]]
         self.ranks = {}  # rank -> LocalRank or RemoteRank
         self.threads = []
-        self.started = False
-        self.pending_signal = None  # a signal that arrived before every rank was started
+        self.signalled = None  # SIGINT/SIGTERM received by the launcher (the handler only records it)
 
     def _thread(self, target, *args):
         t = threading.Thread(target=target, args=args, daemon=True)
@@ -114,7 +124,7 @@ class Job:
             "PYTHONUNBUFFERED": "1",
         }
         if self.options.timeout is not None:
-            env["TFRING_TIMEOUT"] = str(self.options.timeout)
+            env[cluster.TIMEOUT] = str(self.options.timeout)
         env.update(self.options.exports)
         return env
 
@@ -128,6 +138,7 @@ class Job:
         self._connect_remotes()
         store_addr, here = self._addresses()
         for slot in self.slots:
+            self._stop_if_signalled()
             env = self._rank_env(slot, store_addr, secret, job_id)
             if slot.rank in self.ranks:
                 self._start_remote(self.ranks[slot.rank], env)
@@ -138,7 +149,7 @@ class Job:
         """This host's ranks see the launcher's environment; in a job across hosts they advertise `here`."""
         env = dict(self.base_env)
         if here:
-            env.setdefault("TFRING_HOST", here)
+            env.setdefault(cluster.ADVERTISE_HOST, here)
         return env
 
     def _start_local(self, slot, env):
@@ -159,7 +170,7 @@ class Job:
         """Starts ssh for every remote rank and waits until each far end has answered."""
         o = self.options
         prefix = remote_rank.ssh_prefix(o.rsh, o.ssh_port, o.ssh_identity_file, o.start_timeout)
-        command = remote_rank.remote_command(os.getcwd(), sys.executable, self.base_env)
+        command = remote_rank.remote_command(_working_directory(self.base_env), sys.executable, self.base_env)
         for slot in self.remote_slots:
             try:
                 rank = remote_rank.RemoteRank(slot, prefix, command)
@@ -172,15 +183,24 @@ class Job:
             self._thread(rank.pump_stderr, self.output.stream(slot.rank, stdout=False))
             rank.request(o.interface, want_port=slot.rank == 0)
         deadline = time.monotonic() + o.start_timeout
+        while not all(r.ready.is_set() for r in self.ranks.values()) and time.monotonic() < deadline:
+            self._stop_if_signalled()
+            time.sleep(POLL_SECONDS)
         for rank in self.ranks.values():
-            if not rank.ready.wait(max(0.0, deadline - time.monotonic())) or rank.reply is None:
+            if rank.reply is None:
                 self._fail_start(f"cannot start rank {rank.slot.rank} on host {rank.slot.host}: "
                                  f"{rank.start_error(o.start_timeout)}")
         self._check_versions()
 
-    def _fail_start(self, message):
+    def _fail_start(self, message, exit_code=127):
         self.terminate()
-        raise StartError(f"tfring run: {message}")
+        self.output.close()
+        raise StartError(f"tfring run: {message}", exit_code)
+
+    def _stop_if_signalled(self):
+        if self.signalled is not None:
+            name = signal.Signals(self.signalled).name
+            self._fail_start(f"stopped by {name} while starting the job", 128 + self.signalled)
 
     def _check_versions(self):
         """Every host must run what rank 0's host runs."""
@@ -198,7 +218,8 @@ class Job:
         """Rank 0's store address, and the address this host's ranks advertise (None on one host)."""
         if not self.ranks:
             return f"127.0.0.1:{addresses.free_port()}", None
-        here = self._this_host_address()
+        runs_here = len(self.remote_slots) < len(self.slots)
+        here = self._this_host_address() if runs_here or 0 not in self.ranks else None
         if 0 in self.ranks:
             reply = self.ranks[0].reply
             return f"{reply['address']}:{reply['port']}", here
@@ -211,10 +232,10 @@ class Job:
                 return addresses.interface_address(self.options.interface)
         except ValueError as e:
             self._fail_start(str(e))
-        if self.base_env.get("TFRING_HOST"):
-            return self.base_env["TFRING_HOST"]
-        for rank in self.ranks.values():
-            if rank.reply.get("launcher_address"):
+        if self.base_env.get(cluster.ADVERTISE_HOST):
+            return self.base_env[cluster.ADVERTISE_HOST]
+        for rank in self.ranks.values():  # where ssh came from, if it is ours (not a jump host's)
+            if addresses.is_own_ipv4(rank.reply.get("launcher_address")):
                 return rank.reply["launcher_address"]
         return addresses.route_source(next(iter(self.ranks.values())).reply["address"]) or "127.0.0.1"
 
@@ -232,12 +253,19 @@ class Job:
         """SIGTERM to every rank, SIGKILL to those still alive after the grace period."""
         self.signal_all(signal.SIGTERM)
         self._wait_all(KILL_GRACE_SECONDS)
+        self._kill_all()
+
+    def _kill_all(self):
+        """SIGKILL to every rank (a remote one through its closed channel), then ssh itself."""
         for rank in self.ranks.values():
             rank.kill()
         self._wait_all(remote_rank.SSH_EXIT_GRACE)
         for rank in self.ranks.values():
             rank.force()
-            rank.wait()
+            try:
+                rank.wait(remote_rank.SSH_EXIT_GRACE)
+            except subprocess.TimeoutExpired:
+                pass  # stuck in the kernel: nothing more a signal can do
 
     def _first_failure(self):
         """(rank, code) of the first rank that failed; (None, 0) when all succeeded; None while running."""
@@ -247,23 +275,49 @@ class Job:
                 return r, code
         return (None, 0) if all(c == 0 for c in codes.values()) else None
 
+    def _say(self, message):
+        sys.stderr.write(f"tfring run: {message}\n")
+        sys.stderr.flush()
+
+    def _outcome(self):
+        """Waits until a rank fails or all end; passes on a signal the launcher got, and kills
+        the ranks that have not stopped `KILL_GRACE_SECONDS` after it."""
+        forwarded_at = None
+        while (outcome := self._first_failure()) is None:
+            if self.signalled is not None and forwarded_at is None:
+                self.signal_all(self.signalled)
+                forwarded_at = time.monotonic()
+            elif forwarded_at is not None and time.monotonic() - forwarded_at > KILL_GRACE_SECONDS:
+                name = signal.Signals(self.signalled).name
+                self._say(f"the ranks did not stop within {KILL_GRACE_SECONDS:g} s of {name}; killing them")
+                self._kill_all()
+                return None, 128 + self.signalled
+            time.sleep(POLL_SECONDS)
+        return outcome
+
     def wait(self):
         """Waits for the job; returns the exit code of the launcher."""
-        outcome = self._first_failure()
-        while outcome is None:
-            time.sleep(POLL_SECONDS)
-            outcome = self._first_failure()
-        failed, code = outcome
+        failed, code = self._outcome()
         if failed is not None:
             others = any(rank.poll() is None for rank in self.ranks.values())
-            sys.stderr.write(f"tfring run: {self.ranks[failed].describe_failure(code)}"
-                             f"{'; stopping the other ranks' if others else ''}\n")
-            sys.stderr.flush()
+            self._say(f"{self.ranks[failed].describe_failure(code)}{'; stopping the other ranks' if others else ''}")
             self.terminate()
+        deadline = time.monotonic() + 5
         for t in self.threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         self.output.close()
         return code
+
+
+def _working_directory(environ):
+    """The directory the ranks start in: $PWD as the user typed it when it is this directory
+    (`/home/u` rather than the automounted `/nfs/home/u` that getcwd() sees), else getcwd()."""
+    cwd = os.getcwd()
+    pwd = environ.get("PWD")
+    try:
+        return pwd if pwd and os.path.samefile(pwd, cwd) else cwd
+    except OSError:
+        return cwd
 
 
 def run(command, num_processes, options=None):
@@ -291,20 +345,15 @@ def run(command, num_processes, options=None):
         raise ValueError("tfring run: no command given")
     job = Job(command, num_processes, options)
 
-    def forward(signum, _frame):
-        # Each signal is passed on exactly once: a second SIGINT would interrupt the ranks' own
-        # handlers (Python turns it into KeyboardInterrupt during their shutdown).
-        if job.started:
-            job.signal_all(signum)
-        else:
-            job.pending_signal = signum
+    def record(signum, _frame):
+        # Only noted here: the main thread passes it on (writing to ssh from a handler could
+        # interrupt a write the main thread is in the middle of).
+        if job.signalled is None:
+            job.signalled = signum
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         job.start()
-        job.started = True
-        if job.pending_signal is not None:
-            job.signal_all(job.pending_signal)
         return job.wait()
     finally:
         for s, h in previous.items():

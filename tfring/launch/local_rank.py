@@ -89,8 +89,11 @@ class LocalRank:
                 pass
 
     def kill(self):
-        """SIGKILL to the rank's process group."""
-        self.signal(signal.SIGKILL)
+        """SIGKILL to the rank's process group, also what is left of it after the rank itself ended."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def force(self):
         """The same as `kill` (a local rank cannot linger behind a channel)."""

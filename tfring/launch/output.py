@@ -98,7 +98,7 @@ class JobOutput:
         log = self._log(rank)
 
         def take(line):
-            if log is not None:
+            if log is not None and not log.closed:  # closed at the end, when a pump may linger
                 log.write(line)
             if show and keep(line):
                 sink.buffer.write(prefix + line)

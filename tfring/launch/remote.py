@@ -22,13 +22,15 @@ import sys
 import threading
 
 from tfring.launch import addresses
+from tfring.launch import cluster
 from tfring.launch import hosts
 from tfring.launch import local_rank
 from tfring.launch import versions
 
 READY_MARK = "TFRING-REMOTE-READY "
-# The address this host's ranks advertise (set here unless the launcher's environment for it did).
-ADVERTISE = "TFRING_HOST"
+# Seconds the launcher has to send the rank's environment: a far end whose launcher vanished
+# behind a cut network must not wait forever (SIGALRM's default action ends it).
+CONVERSATION_SECONDS = 300
 
 
 def _fail(message):
@@ -84,18 +86,29 @@ def _obey(rank, told):
     rank.kill()
 
 
+def _stop_rank_on(rank, signums):
+    """Ends the rank's whole process group when this process is told to end (SIGHUP, SIGTERM)."""
+    def stop(signum, _frame):
+        rank.kill()
+        os._exit(128 + signum)
+    for signum in signums:
+        signal.signal(signum, stop)
+
+
 def main():
     """Runs steps 1-4 and exits with the rank's exit code."""
+    signal.alarm(CONVERSATION_SECONDS)
     request = _read_json_line("the start request")
     try:
         reply = answer(request)
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         _fail(str(e))
     sys.stdout.write(READY_MARK + json.dumps(reply) + "\n")
     sys.stdout.flush()
     job = _read_json_line("the rank's environment")
+    signal.alarm(0)
     env = {**os.environ, **job["env"]}
-    env.setdefault(ADVERTISE, reply["address"])
+    env.setdefault(cluster.ADVERTISE_HOST, reply["address"])
     try:
         rank = local_rank.LocalRank(hosts.Slot(**job["slot"]), job["command"], env, None, None)
     except OSError as e:
@@ -103,7 +116,9 @@ def main():
     told = threading.Event()
     threading.Thread(target=_obey, args=(rank, told), daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; its "signal" lines carry it
+    _stop_rank_on(rank, (signal.SIGHUP, signal.SIGTERM))
     code = rank.wait()
+    rank.kill()  # what the rank left running in its group must not hold the ssh channel open
     if rank.proc.returncode < 0 and not told.is_set():  # the launcher only sees 128+N: say which signal
         sys.stderr.write(f"tfring run: {socket.gethostname()}: {rank.describe_failure(code)}\n")
     sys.exit(code)

@@ -7,6 +7,7 @@ mismatches, exit codes and signals. tests/multihost_test.py runs the real ssh ac
 
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -124,3 +125,43 @@ def test_bad_launch_options_are_refused(tmp_path):
                           ([], "give -np N")]:
         proc = _launch(args + [sys.executable, "-c", "pass"], timeout=30)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+
+
+def test_ctrl_c_while_a_host_does_not_answer_stops_the_start(tmp_path):
+    rsh = _rsh(tmp_path, '[ "$host" = slow ] && exec sleep 60\nexec sh -c "$command"')
+    p = subprocess.Popen([sys.executable, "-m", "tfring.run", "-H", "fast:1,slow:1", "--rsh", rsh,
+                          sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": TFRING_ROOT})
+    time.sleep(3)
+    start = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + signal.SIGINT, err
+    assert "tfring run: stopped by SIGINT while starting the job" in err
+    assert time.monotonic() - start < 10
+
+
+def test_ranks_that_ignore_a_forwarded_sigint_are_killed_after_the_grace(tmp_path):
+    rsh = _rsh(tmp_path, 'exec sh -c "$command"')
+    code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-m", "tfring.run", "-H", "a:1,b:1", "--rsh", rsh, "--all-output",
+                          sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": TFRING_ROOT})
+    seen = 0
+    while seen < 2:
+        line = p.stdout.readline()
+        assert line, "launcher ended early"
+        seen += "ready" in line
+    start = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + signal.SIGINT, err
+    assert "the ranks did not stop within 4 s of SIGINT; killing them" in err
+    assert time.monotonic() - start < 4 + 5
+
+
+def test_this_host_named_twice_is_refused(tmp_path):
+    proc = _launch(["-H", "localhost:1,127.0.0.1:1", sys.executable, "-c", "pass"], timeout=30)
+    assert proc.returncode == 2 and "127.0.0.1 and localhost are both this host" in proc.stderr
+    proc = _launch(["-H=-oProxyCommand=x:1", sys.executable, "-c", "pass"], timeout=30)
+    assert proc.returncode == 2 and "is not a host name" in proc.stderr

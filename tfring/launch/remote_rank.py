@@ -7,6 +7,7 @@ the ssh client dies with it (PR_SET_PDEATHSIG) and the channel closes the same w
 """
 
 import json
+import math
 import os
 import shlex
 import signal
@@ -17,6 +18,8 @@ from tfring.launch import local_rank
 from tfring.launch import remote
 
 DEFAULT_RSH = "ssh -o BatchMode=yes"
+# A host that goes silent (power, network) ends ssh within ~15 s, so the job stops as for a dead rank.
+_KEEPALIVE = ["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
 # Variables the interpreter needs before it starts (to find tfring); none of them is secret.
 _INTERPRETER_ENV = ("PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
 # Seconds ssh has to end once its channel is closed before it is killed.
@@ -37,10 +40,11 @@ def ssh_prefix(rsh=None, port=None, identity_file=None, connect_timeout=30):
 
     Example:
 
-    >>> ssh_prefix(port=2222)
-    ['ssh', '-o', 'BatchMode=yes', '-o', 'ConnectTimeout=30', '-p', '2222']
+    >>> ssh_prefix(port=2222)[-2:]
+    ['-p', '2222']
     """
-    prefix = shlex.split(rsh) if rsh else shlex.split(DEFAULT_RSH) + ["-o", f"ConnectTimeout={int(connect_timeout)}"]
+    timeout = ["-o", f"ConnectTimeout={max(1, math.ceil(connect_timeout))}"]
+    prefix = shlex.split(rsh) if rsh else shlex.split(DEFAULT_RSH) + timeout + _KEEPALIVE
     if port is not None:
         prefix += ["-p", str(port)]
     if identity_file:
@@ -82,6 +86,7 @@ class RemoteRank:
         self.ready = threading.Event()
         self._early_stderr = []
         self._stderr_take = None
+        self._stderr_done = threading.Event()
         self._lock = threading.RLock()  # the signal handler may write while the main thread does
         self.proc = subprocess.Popen(prefix + [slot.host, command], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
@@ -107,12 +112,19 @@ class RemoteRank:
 
     def pump_stdout(self, take):
         """Reads ssh's stdout until EOF: the ready line, then the rank's output (run in a thread)."""
+        mark = remote.READY_MARK.encode()
         for line in iter(self.proc.stdout.readline, b""):
-            if not self.ready.is_set() and line.startswith(remote.READY_MARK.encode()):
-                self.reply = json.loads(line[len(remote.READY_MARK):])
-                self.ready.set()
-            else:
+            at = line.find(mark) if not self.ready.is_set() else -1
+            if at < 0:
                 take(line)
+                continue
+            if at:
+                take(line[:at] + b"\n")  # a login script's text without a newline
+            try:
+                self.reply = json.loads(line[at + len(mark):])
+            except ValueError:
+                self._early_stderr.append(b"garbled answer: " + line[:200])
+            self.ready.set()
         self.proc.stdout.close()
         self.ready.set()  # an end before the ready line wakes the launcher too
 
@@ -125,6 +137,7 @@ class RemoteRank:
                     continue
             take(line)
         self.proc.stderr.close()
+        self._stderr_done.set()
 
     def start_stderr(self, take):
         """From now on stderr lines are the rank's: show the ones kept so far and pass on the rest."""
@@ -136,6 +149,11 @@ class RemoteRank:
 
     def start_error(self, timeout):
         """Why the far end did not answer: ssh's own words, or the time waited."""
+        try:  # ssh may have just ended: let its last words arrive
+            self.proc.wait(SSH_EXIT_GRACE)
+            self._stderr_done.wait(SSH_EXIT_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
         with self._lock:
             said = b"".join(self._early_stderr).decode(errors="replace").strip()
         if said:
