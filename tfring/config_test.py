@@ -99,3 +99,12 @@ def test_host_id_refuses_whitespace(environ, arguments, needle):
     # The identity travels in the core's space-separated rendezvous record.
     with pytest.raises(ValueError, match=needle):
         Config.resolve(environ=environ, **arguments)
+
+
+def test_the_launcher_sets_settings_by_their_declared_names():
+    from tfring.config import ENVIRONMENT
+    from tfring.launch import cluster
+
+    assert ENVIRONMENT[cluster.ADVERTISE_HOST] == "advertise_host"
+    assert ENVIRONMENT[cluster.HOST_ID] == "host_id"
+    assert ENVIRONMENT[cluster.TIMEOUT] == "timeout"
