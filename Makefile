@@ -19,7 +19,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
-.PHONY: env demo check lint test test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-deps clean
+.PHONY: env demo check lint test test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
 
 env: $(STAMP)
 
@@ -115,6 +115,12 @@ bench-deps: env
 
 bench: env
 	$(PY) benchmarks/allreduce.py
+
+# Allreduce across two emulated hosts (network namespaces, shaped links; needs root and openssh-server),
+# beside OpenMPI and MWMS. BENCH_ARGS=--quick for a smoke run of a minute.
+BENCH_ARGS ?=
+bench-multihost: env
+	$(PY) benchmarks/multihost.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD) tfring/native/lib

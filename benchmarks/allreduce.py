@@ -23,7 +23,8 @@ HERE = os.path.abspath(__file__)
 WORKLOADS = ("resnet50", "small1000")
 
 
-def _shapes(workload):
+def shapes(workload):
+    """The tensor shapes of a workload; ResNet-50's are built once and cached beside this file."""
     if workload == "small1000":
         return [(256,)] * 1000
     cache = os.path.join(os.path.dirname(HERE), ".resnet50_shapes.json")
@@ -31,20 +32,22 @@ def _shapes(workload):
         return [tuple(s) for s in json.load(open(cache))]
     import keras
 
-    shapes = [tuple(w.shape) for w in keras.applications.ResNet50(weights=None).trainable_weights]
+    found = [tuple(w.shape) for w in keras.applications.ResNet50(weights=None).trainable_weights]
     with open(cache, "w") as f:
-        json.dump(shapes, f)
-    return shapes
+        json.dump(found, f)
+    return found
 
 
-def _tensors(workload, seed):
+def tensors(workload, seed):
+    """One rank's float32 arrays for a workload, random with the rank as the seed."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(np.float32) for s in _shapes(workload)]
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes(workload)]
 
 
-def _time(fn, barrier, repeats):
+def time_calls(fn, barrier, repeats):
+    """Seconds of `repeats` calls of `fn`, after two untimed ones, each call behind a `barrier()`."""
     fn()  # warm-up (and tracing)
     fn()
     samples = []
@@ -58,6 +61,37 @@ def _time(fn, barrier, repeats):
 
 # ---- workers: each runs inside a 2-process job and prints one RESULT line on rank 0 ----
 
+def tfring_step(arrays):
+    """Returns a callable that sums `arrays` across the ranks with tfring's TF op once and waits.
+
+    The tensors are captured by the function, as in `mwms_step`: no per-call argument cost.
+
+    Args:
+        arrays: this rank's NumPy arrays; `tfring.init()` has run.
+
+    Returns:
+        A function of no arguments; it returns when the last sum is on the host.
+    """
+    import tensorflow as tf
+
+    import tfring
+
+    grads = [tf.constant(a) for a in arrays]
+    step = tf.function(lambda: tfring.ops.allreduce(grads, op="sum"))
+
+    def run():
+        step()[-1].numpy()  # wait for the result
+    return run
+
+
+def report(peer, samples, note=""):
+    """Prints the RESULT line the orchestrator parses (`_parse`): seconds per sample and workload."""
+    result = {"peer": peer, "samples": samples}
+    if note:
+        result["note"] = note
+    print("RESULT " + json.dumps(result), flush=True)
+
+
 def worker_tfring(args):
     import tensorflow as tf
 
@@ -67,25 +101,16 @@ def worker_tfring(args):
     tfring.init()
     results, core = {}, {}
     for workload in WORKLOADS:
-        arrays = _tensors(workload, tfring.rank())
-        grads = [tf.constant(a) for a in arrays]
-        # The tensors are captured by the function, as in the MWMS worker: no per-call argument cost.
-        step = tf.function(lambda: tfring.ops.allreduce(grads, op="sum"))
-
-        def run():
-            out = step()
-            out[-1].numpy()  # wait for the result
-
-        results[workload] = _time(run, tfring.ops.barrier, args.repeats)
-        core[workload] = _time(_raw_allreduce(arrays), tfring.ops.barrier, args.repeats)
+        arrays = tensors(workload, tfring.rank())
+        results[workload] = time_calls(tfring_step(arrays), tfring.ops.barrier, args.repeats)
+        core[workload] = time_calls(core_step(arrays), tfring.ops.barrier, args.repeats)
     if tfring.rank() == 0:
         name = tfring.transport_name()
-        print("RESULT " + json.dumps({"peer": f"tfring ({name})", "samples": results}), flush=True)
-        print("RESULT " + json.dumps({"peer": f"tfring core, no TF ({name})", "samples": core,
-                                      "note": "the same engine called through its C API on NumPy buffers"}), flush=True)
+        report(f"tfring ({name})", results)
+        report(f"tfring core, no TF ({name})", core, "the same engine called through its C API on NumPy buffers")
 
 
-def _raw_allreduce(arrays):
+def core_step(arrays):
     """The core alone: one collective over the NumPy buffers through the C API (no TensorFlow)."""
     import ctypes
 
@@ -107,65 +132,90 @@ def _raw_allreduce(arrays):
     return run
 
 
-def worker_mwms(args):
+def mwms_strategy():
+    """MultiWorkerMirroredStrategy with its RING collective, from TF_CONFIG, one intra-op thread."""
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def mwms_step(strategy, arrays):
+    """Returns `(run, barrier)`: one sum of `arrays` across the workers, and a 1-float all-reduce.
+
+    Args:
+        strategy: from `mwms_strategy()`.
+        arrays: this worker's NumPy arrays.
+
+    Returns:
+        Two functions of no arguments that return when their result is on the host.
+    """
+    import tensorflow as tf
+
+    grads = [tf.constant(a) for a in arrays]
+    barrier_value = tf.constant([1.0])
+
+    def all_reduce(values):
+        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", values))
+    step = tf.function(lambda: all_reduce(grads))
+    barrier_step = tf.function(lambda: all_reduce(barrier_value))
+
+    def run():
+        strategy.experimental_local_results(step())[0][-1].numpy()
+    return run, lambda: barrier_step().numpy()
+
+
+def worker_mwms(args):
+    strategy = mwms_strategy()
     rank = strategy.cluster_resolver.task_id
     results = {}
     for workload in WORKLOADS:
-        grads = [tf.constant(a) for a in _tensors(workload, rank)]
-
-        @tf.function
-        def step():
-            def replica_fn():
-                ctx = tf.distribute.get_replica_context()
-                return ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-            return strategy.run(replica_fn)
-
-        barrier_value = tf.constant([1.0])
-
-        @tf.function
-        def barrier_fn():
-            return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", barrier_value))
-
-        def run():
-            out = step()
-            strategy.experimental_local_results(out)[0][-1].numpy()
-
-        results[workload] = _time(run, lambda: barrier_fn().numpy(), args.repeats)
+        run, barrier = mwms_step(strategy, tensors(workload, rank))
+        results[workload] = time_calls(run, barrier, args.repeats)
     if rank == 0:
-        print("RESULT " + json.dumps({"peer": "MultiWorkerMirroredStrategy (RING)", "samples": results}), flush=True)
+        report("MultiWorkerMirroredStrategy (RING)", results)
+
+
+def mpi_steps(comm, arrays):
+    """Returns `(per_tensor, packed)`: `MPI_Allreduce` once per array, or once on a packed copy.
+
+    Args:
+        comm: an mpi4py communicator.
+        arrays: this rank's NumPy arrays.
+
+    Returns:
+        Two functions of no arguments (MPI_Allreduce is blocking).
+    """
+    import numpy as np
+    from mpi4py import MPI
+
+    outs = [np.empty_like(a) for a in arrays]
+    flat = np.concatenate([a.ravel() for a in arrays])
+    flat_out = np.empty_like(flat)
+
+    def per_tensor():
+        for a, o in zip(arrays, outs):
+            comm.Allreduce(a, o, op=MPI.SUM)
+
+    def packed():
+        comm.Allreduce(flat, flat_out, op=MPI.SUM)
+    return per_tensor, packed
 
 
 def worker_mpi(args):
-    import numpy as np
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     results = {}
     for workload in WORKLOADS:
-        grads = _tensors(workload, comm.rank)
-        outs = [np.empty_like(g) for g in grads]
-        flat = np.concatenate([g.ravel() for g in grads])
-        flat_out = np.empty_like(flat)
-
-        def per_tensor():
-            for g, o in zip(grads, outs):
-                comm.Allreduce(g, o, op=MPI.SUM)
-
-        def packed():
-            comm.Allreduce(flat, flat_out, op=MPI.SUM)
-
-        results[workload + " per-tensor"] = _time(per_tensor, comm.Barrier, args.repeats)
-        results[workload] = _time(packed, comm.Barrier, args.repeats)
+        per_tensor, packed = mpi_steps(comm, tensors(workload, comm.rank))
+        results[workload + " per-tensor"] = time_calls(per_tensor, comm.Barrier, args.repeats)
+        results[workload] = time_calls(packed, comm.Barrier, args.repeats)
     if comm.rank == 0:
-        print("RESULT " + json.dumps({"peer": "OpenMPI MPI_Allreduce", "samples": results,
-                                      "note": "one call on the pre-packed buffer; per-tensor: one call per tensor"}),
-              flush=True)
+        report("OpenMPI MPI_Allreduce", results,
+               "one call on the pre-packed buffer; per-tensor: one call per tensor")
 
 
 # ---- the orchestrator ----
@@ -178,7 +228,8 @@ def _quiet_env(**extra):
     return env
 
 
-def _parse(out):
+def parse_results(out):
+    """The RESULT lines a job printed (`report`), as dicts; a launcher's `[rank] ` prefix is dropped."""
     results = []
     for line in out.splitlines():
         line = line.split("] ", 1)[-1] if line.startswith("[") else line
@@ -233,7 +284,7 @@ def main():
 
     import numpy as np
 
-    _shapes("resnet50")  # build the shape cache once, outside the timed jobs
+    shapes("resnet50")  # build the shape cache once, outside the timed jobs
     runners = [("tfring shm", lambda: _run_tfring("shm", args.repeats)),
                ("tfring tcp", lambda: _run_tfring("tcp", args.repeats))]
     if not args.skip_mwms:
@@ -246,7 +297,7 @@ def main():
     for round_ in range(args.rounds):
         for key, runner in runners:
             proc = runner()
-            results = _parse(proc.stdout)
+            results = parse_results(proc.stdout)
             if not results:
                 print(f"{key} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
             for i, result in enumerate(results):
@@ -269,8 +320,8 @@ def main():
             ms = 1e3 * float(np.median(s))
             rows.append({"workload": workload, "peer": labels[key], "median_ms": ms, "samples": len(s),
                          "vs_tfring_shm": ms / base_ms if base_ms else None})
-    nbytes = sum(int(np.prod(s)) * 4 for s in _shapes("resnet50"))
-    print(f"\nAllreduce, 2 ranks on {os.cpu_count()} cores; resnet50 = {len(_shapes('resnet50'))} tensors, "
+    nbytes = sum(int(np.prod(s)) * 4 for s in shapes("resnet50"))
+    print(f"\nAllreduce, 2 ranks on {os.cpu_count()} cores; resnet50 = {len(shapes('resnet50'))} tensors, "
           f"{nbytes / 1e6:.1f} MB; small1000 = 1000 x 256 float32")
     print(f"| {'workload':<20} | {'peer':<44} | {'median ms':>9} | {'x tfring shm':>12} | {'n':>3} |")
     print(f"|{'-' * 22}|{'-' * 46}|{'-' * 10}:|{'-' * 13}:|{'-' * 4}:|")
