@@ -111,6 +111,11 @@ class Job:
         self.threads = []
         self.signalled = None  # SIGINT/SIGTERM received by the launcher (the handler only records it)
 
+    @property
+    def runs_here(self):
+        """Whether some ranks run on the launcher's own host."""
+        return len(self.remote_slots) < len(self.slots)
+
     def _thread(self, target, *args):
         t = threading.Thread(target=target, args=args, daemon=True)
         t.start()
@@ -204,13 +209,13 @@ class Job:
 
     def _check_versions(self):
         """Every host must run what rank 0's host runs."""
-        first = self.slots[0]
-        reference = self.ranks[0].reply["versions"] if 0 in self.ranks else versions.this_host()
+        here = f"{os.uname().nodename} (this host)"
         reported = {r.slot.host: r.reply["versions"] for r in self.ranks.values()}
-        if len(reported) < len({s.host for s in self.slots}):  # this host runs ranks too
-            reported.setdefault(os.uname().nodename + " (this host)", versions.this_host())
+        if self.runs_here:
+            reported[here] = versions.this_host()
+        reference = reported[self.slots[0].host if 0 in self.ranks else here]
         for host, theirs in reported.items():
-            message = versions.mismatch(host, theirs, first.host, reference)
+            message = versions.mismatch(host, theirs, self.slots[0].host, reference)
             if message:
                 self._fail_start(message)
 
@@ -218,8 +223,7 @@ class Job:
         """Rank 0's store address, and the address this host's ranks advertise (None on one host)."""
         if not self.ranks:
             return f"127.0.0.1:{addresses.free_port()}", None
-        runs_here = len(self.remote_slots) < len(self.slots)
-        here = self._this_host_address() if runs_here or 0 not in self.ranks else None
+        here = self._this_host_address() if self.runs_here or 0 not in self.ranks else None
         if 0 in self.ranks:
             reply = self.ranks[0].reply
             return f"{reply['address']}:{reply['port']}", here

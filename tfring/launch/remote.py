@@ -68,8 +68,7 @@ def answer(request):
     address = _advertised_address(request.get("interface"))
     launcher_address, _ = addresses.ssh_addresses(os.environ)
     return {"versions": versions.this_host(), "address": address, "launcher_address": launcher_address,
-            "port": addresses.free_port(address) if request.get("want_port") else None,
-            "hostname": socket.gethostname()}
+            "port": addresses.free_port(address) if request.get("want_port") else None}
 
 
 def _obey(rank, told):

@@ -87,7 +87,7 @@ class RemoteRank:
         self._early_stderr = []
         self._stderr_take = None
         self._stderr_done = threading.Event()
-        self._lock = threading.RLock()  # the signal handler may write while the main thread does
+        self._lock = threading.Lock()  # the main thread writes and reads what the pump threads keep
         self.proc = subprocess.Popen(prefix + [slot.host, command], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                      preexec_fn=local_rank.die_with(os.getpid()))
@@ -97,9 +97,8 @@ class RemoteRank:
             try:
                 self.proc.stdin.write(text.encode())
                 self.proc.stdin.flush()
-                return True
-            except (BrokenPipeError, ValueError, OSError):
-                return False
+            except (ValueError, OSError):  # the far end is gone (its exit is seen by poll)
+                pass
 
     def request(self, interface, want_port):
         """Step 1: asks the far end what it runs and where it is."""
@@ -123,7 +122,8 @@ class RemoteRank:
             try:
                 self.reply = json.loads(line[at + len(mark):])
             except ValueError:
-                self._early_stderr.append(b"garbled answer: " + line[:200])
+                with self._lock:
+                    self._early_stderr.append(b"garbled answer: " + line[:200])
             self.ready.set()
         self.proc.stdout.close()
         self.ready.set()  # an end before the ready line wakes the launcher too
