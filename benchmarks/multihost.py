@@ -7,7 +7,9 @@
 
 `--quick` is a smoke run of about a minute (4K and 1M, 2 repeats, 1000 Mbit/s, both layouts); the
 full default run takes about ten minutes on an idle 2-core machine. `--peers core` adds tfring's
-engine alone (its C API on NumPy buffers, no TF op), to show what the TF op costs.
+engine alone (its C API on NumPy buffers, no TF op), to show what the TF op costs; `--peers ring` adds
+tfring with one flat ring over every rank (`TFRING_ALLREDUCE=ring`) beside its default (hierarchical
+where a host has several ranks).
 
 Two hosts are built on this machine with `tfring.emulated_hosts` (network namespaces, each with an
 sshd, joined by shaped veths), so it needs root, iproute2, util-linux and openssh-server; the
@@ -52,7 +54,8 @@ from link_rate import measure_link
 
 HERE = os.path.abspath(__file__)
 PEERS = ("tfring", "mpi", "mwms")  # the table's columns, run by default
-EXTRA_PEERS = ("core",)  # on request: tfring's engine through its C API, no TensorFlow op
+# On request: tfring's engine through its C API (no TensorFlow op); tfring with the flat ring only.
+EXTRA_PEERS = ("core", "ring")
 DEFAULTS = {"rates": "1000,10000", "layouts": "2x1,2x2", "sizes": "resnet50,4K,64K,1M,16M,64M,256M",
             "repeats": 5, "probe_seconds": 2.0}
 QUICK = {"rates": "1000", "layouts": "2x1,2x2", "sizes": "4K,1M", "repeats": 2, "probe_seconds": 1.0}
@@ -137,6 +140,9 @@ def _worker_args(peer, workloads, repeats):
 def tfring_argv(hosts, per_host, workloads, repeats, worker="tfring"):
     """`tfring run` over ssh into both hosts, the quiet environment exported to every rank."""
     exports = [arg for k, v in WORKER_ENV.items() for arg in ("-x", f"{k}={v}")]
+    if worker == "ring":
+        exports += ["-x", "TFRING_ALLREDUCE=ring"]
+        worker = "tfring"
     return ([sys.executable, "-m", "tfring.run", "-H", ",".join(f"{h}:{per_host}" for h in hosts.names[:2]),
              "--rsh", shlex.join(hosts.ssh_command)] + exports + _worker_args(worker, workloads, repeats))
 
@@ -358,7 +364,7 @@ def parse_args(argv=None):
     """The options, with `--quick`'s or the full run's defaults filled in where none was given."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", help=f"link rates in Mbit/s, or 'unshaped' (default {DEFAULTS['rates']})")
-    parser.add_argument("--layouts", help=f"hosts x ranks per host (default {DEFAULTS['layouts']})")
+    parser.add_argument("--layouts", help=f"hosts x ranks per host, 2x1 to 2x4 (default {DEFAULTS['layouts']})")
     parser.add_argument("--sizes", help="float32 tensor sizes (K, M, G: KiB, MiB, GiB) and 'resnet50' for "
                                         f"ResNet-50's gradient list (default {DEFAULTS['sizes']})")
     parser.add_argument("--repeats", type=int, help=f"timed allreduces per job (default {DEFAULTS['repeats']})")
@@ -369,7 +375,7 @@ def parse_args(argv=None):
     parser.add_argument("--json", default=os.path.join(os.path.dirname(HERE), "multihost_results.json"),
                         help="where the raw results go (default: multihost_results.json beside this script)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK}")
-    parser.add_argument("--worker", choices=PEERS + EXTRA_PEERS, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=PEERS + ("core",), help=argparse.SUPPRESS)
     parser.add_argument("--workloads", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for key, value in (QUICK if args.quick else DEFAULTS).items():
@@ -385,8 +391,8 @@ def parse_args(argv=None):
 def _normalize(args):
     args.rates = [None if r.strip() == "unshaped" else float(r) for r in args.rates.split(",")]
     args.layouts = [layout.strip() for layout in args.layouts.split(",")]
-    if any(layout not in ("2x1", "2x2") for layout in args.layouts):
-        raise ValueError(f"--layouts takes 2x1 and 2x2, got {args.layouts}")
+    if any(layout not in ("2x1", "2x2", "2x3", "2x4") for layout in args.layouts):
+        raise ValueError(f"--layouts takes 2x1, 2x2, 2x3 and 2x4 (two hosts), got {args.layouts}")
     if not args.workloads:  # a worker gets them from the orchestrator, already parsed
         args.workloads = ",".join(report.parse_size(s) for s in args.sizes.split(","))
     args.workloads = args.workloads.split(",")

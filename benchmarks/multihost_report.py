@@ -10,7 +10,8 @@ import os
 
 import allreduce
 
-PEER_NAMES = {"tfring": "tfring", "mpi": "OpenMPI", "mwms": "MWMS", "core": "tfring core (C API, no TF)"}
+PEER_NAMES = {"tfring": "tfring", "mpi": "OpenMPI", "mwms": "MWMS", "core": "tfring core (C API, no TF)",
+              "ring": "tfring flat ring (TFRING_ALLREDUCE=ring)"}
 
 
 def parse_size(text):
@@ -96,10 +97,11 @@ def print_table(bench, rate, layout):
     if per_tensor is not None:
         print(f"OpenMPI on ResNet-50 grads, one MPI_Allreduce per tensor instead of one on a packed buffer: "
               f"{per_tensor:.3f} Gbit/s, {bench.median_ms(rate, layout, 'mpi', 'resnet50 per-tensor'):.2f} ms")
-    if "core" in bench.peers:
-        cells = [f"{workload_label(w)} {_num(bench.busbw(rate, layout, 'core', w), '.3f')} Gbit/s "
-                 f"{_num(bench.median_ms(rate, layout, 'core', w), '.2f')} ms" for w in bench.args.workloads]
-        print(f"{PEER_NAMES['core']}: " + ", ".join(cells))
+    for extra in ("core", "ring"):
+        if extra in bench.peers:
+            cells = [f"{workload_label(w)} {_num(bench.busbw(rate, layout, extra, w), '.3f')} Gbit/s "
+                     f"{_num(bench.median_ms(rate, layout, extra, w), '.2f')} ms" for w in bench.args.workloads]
+            print(f"{PEER_NAMES[extra]}: " + ", ".join(cells))
 
 
 def print_layout_comparison(bench):

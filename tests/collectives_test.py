@@ -73,6 +73,15 @@ for k in (0, 1, 500, 999):
     want = np.full(1 + (k * 37) % 300, sum(r * 1000 + k for r in range(size)), dtype=np.float64)
     check(f"1000 tensors [{k}]", reduced[k].numpy(), want, np.float32)
 
+# Floats whose sum depends on the order of additions: every rank must still hold the same bits.
+noisy = tf.constant(np.random.default_rng(rank).standard_normal(100003).astype(np.float32))
+summed = tfring.ops.allreduce(noisy, op="sum")
+bits = tfring.ops.allgather(tf.reshape(tf.bitcast(summed, tf.int32), [1, -1])).numpy()
+if not (bits == bits[0]).all():
+    failures.append("float32 sums differ between ranks in the last bits")
+want = sum(np.random.default_rng(r).standard_normal(100003).astype(np.float64) for r in range(size))
+check("float32 sum of noise", summed.numpy(), want.astype(np.float64), np.float32)
+
 # Broadcast from every root, a list of mixed dtypes.
 for root in range(size):
     out = tfring.ops.broadcast([tf.fill([5], float(rank)), tf.fill([3, 2], rank * 10), tf.constant(rank == root)], root_rank=root)

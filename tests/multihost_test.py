@@ -80,20 +80,24 @@ def _no_ranks_left(hosts, seconds=30):
     raise AssertionError(f"processes left on the emulated hosts: {left}")
 
 
-@pytest.mark.parametrize("layout", [(2, 2), (1, 1, 1)], ids=["2x2", "3x1"])
-def test_collectives_equal_numpy_across_hosts(request, layout):
+@pytest.mark.parametrize("layout,algorithm", [((2, 2), "auto"), ((2, 2), "ring"), ((1, 1, 1), "auto")],
+                         ids=["2x2-hierarchical", "2x2-ring", "3x1"])
+def test_collectives_equal_numpy_across_hosts(request, layout, algorithm):
     hosts = request.getfixturevalue("two_hosts" if len(layout) == 2 else "three_hosts")
-    proc = launch(hosts, layout, CHECK_EVERYTHING)
+    proc = launch(hosts, layout, CHECK_EVERYTHING, env={"TFRING_ALLREDUCE": algorithm})
     assert proc.returncode == 0, proc.stderr[-3000:]
     for r in range(sum(layout)):
         lines = rank_lines(proc.stdout, r)
         assert "FAILURES 0" in lines, "\n".join(lines)
-    # One ring over mixed links: shared memory to the neighbour on the same host, TCP across hosts.
+    # One ring over mixed links: shared memory to the neighbour on the same host, TCP across hosts;
+    # by default allreduces also reduce inside each host first (the hierarchical rings).
     transports = [line for line in rank_lines(proc.stdout, 0) if line.startswith("TRANSPORT")]
-    if layout == (2, 2):
-        assert transports[0].startswith("TRANSPORT shm") and "to rank 1, tcp from rank 3" in transports[0], transports
-    else:
+    if layout == (1, 1, 1):
         assert transports == ["TRANSPORT tcp"], transports
+    else:
+        assert transports[0].startswith("TRANSPORT shm") and "to rank 1, tcp from rank 3" in transports[0], transports
+        hierarchical = "allreduce hierarchical: shm (single-copy) inside a host, tcp across 2 hosts" in transports[0]
+        assert hierarchical == (algorithm == "auto"), transports
     _no_ranks_left(hosts)
 
 
@@ -217,19 +221,32 @@ def test_a_stopped_rank_times_out_the_others(two_hosts):
     _no_ranks_left(two_hosts)
 
 
-def test_a_host_cut_off_mid_allreduce_fails_the_others_naming_the_peer(two_hosts):
-    proc, pids, script = _start(two_hosts, (1, 1), LOOP, env={"TFRING_TIMEOUT": "5"})
+@pytest.mark.parametrize("layout", [(1, 1), (2, 2)], ids=["2x1", "2x2-hierarchical"])
+def test_a_host_cut_off_mid_allreduce_fails_the_others_naming_the_peer(two_hosts, layout):
+    proc, pids, script = _start(two_hosts, layout, LOOP, env={"TFRING_TIMEOUT": "5"})
     try:
         two_hosts.link_down(1)
         out, err = proc.communicate(timeout=90)
-        seen = [line for line in rank_lines(out, 0) if line.startswith("UNAVAILABLE")]
-        assert seen and "rank 1" in seen[0], out[-2000:] + err[-2000:]
+        local = range(layout[0])  # the ranks on the host that stays up
+        seen = {r: [line for line in rank_lines(out, r) if line.startswith("UNAVAILABLE")] for r in local}
+        assert all(seen.values()), out[-2000:] + err[-2000:]
+        # The rank waiting on the far host names a rank there; a rank waiting on its own host's
+        # neighbour may name that neighbour, which failed first.
+        far = [f"rank {r}" for r in range(layout[0], sum(layout))]
+        assert any(name in lines[0] for lines in seen.values() for name in far), seen
         assert proc.returncode != 0
     finally:
         two_hosts.link_up(1)
         os.unlink(script)
         proc.kill()
     _no_ranks_left(two_hosts, seconds=60)  # rank 1 times out by itself behind the cut link
+
+
+def test_hierarchical_allreduce_on_an_uneven_layout_fails_saying_why(two_hosts):
+    proc = launch(two_hosts, (2, 1), LOOP, env={"TFRING_ALLREDUCE": "hierarchical"}, timeout=120)
+    assert proc.returncode != 0
+    assert "needs the same number of ranks on every host" in proc.stderr, proc.stderr[-3000:]
+    _no_ranks_left(two_hosts)
 
 
 def test_a_killed_launcher_leaves_no_rank_on_any_host(two_hosts):

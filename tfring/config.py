@@ -78,6 +78,8 @@ TEXT = Kind(str, lambda v: _require(isinstance(v, str) and "\n" not in v, v), "t
 WORD = Kind(str, lambda v: _require(isinstance(v, str) and not any(c.isspace() for c in v), v),
             "text without spaces")
 TRANSPORT = Kind(str, lambda v: _require(v in ("auto", "shm", "tcp"), v), "'auto', 'shm' or 'tcp'")
+ALLREDUCE = Kind(str, lambda v: _require(v in ("auto", "ring", "hierarchical"), v),
+                 "'auto', 'ring' or 'hierarchical'")
 
 
 def setting(default, kind, meaning, env=None, shown_default=None):
@@ -85,7 +87,7 @@ def setting(default, kind, meaning, env=None, shown_default=None):
 
     Args:
         default: the value when neither an argument nor the environment gives one.
-        kind: a `Kind` (`SECONDS`, `BYTES`, `FLAG`, `TEXT`, `WORD`, `TRANSPORT`).
+        kind: a `Kind` (`SECONDS`, `BYTES`, `FLAG`, `TEXT`, `WORD`, `TRANSPORT`, `ALLREDUCE`).
         meaning: one line for the README's table and for messages.
         env: the environment variable that sets it, or None (argument only).
         shown_default: how the README shows the default, when not `str(default)`.
@@ -124,6 +126,9 @@ class Config:
             memory. `""` (the default) detects it from the hostname, the boot id and the network
             namespace, so that network namespaces on one machine count as different hosts; any
             other text (no spaces) replaces detection, as `NCCL_HOSTID` does.
+        allreduce_algorithm: `"auto"` (tfring picks by the layout), `"ring"` (one ring over every
+            rank) or `"hierarchical"` (reduce inside each host, allreduce across hosts, share
+            inside each host; needs the same number of ranks on every host, placed host by host).
 
     Example:
 
@@ -156,6 +161,10 @@ class Config:
     host_id: str = setting("", WORD, "ranks with equal host ids count as one host and may share memory; "
                            "text without spaces", env="TFRING_HOST_ID",
                            shown_default="hostname, boot id and network namespace")
+    allreduce_algorithm: str = setting("auto", ALLREDUCE, "`ring` (one ring over every rank), `hierarchical` "
+                                       "(inside each host, then across hosts; equal ranks per host, placed "
+                                       "host by host) or `auto` (hierarchical where the layout allows)",
+                                       env="TFRING_ALLREDUCE")
 
     @classmethod
     def resolve(cls, environ=None, **arguments):

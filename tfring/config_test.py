@@ -54,7 +54,7 @@ def test_the_record_for_the_core_is_complete_and_typed():
                       "rendezvous_timeout": "120.0", "transport": "auto", "single_copy": "0",
                       "fusion_threshold_bytes": "1000", "advertise_host": "", "store_request_timeout": "5.0",
                       "store_auth_timeout": "10.0", "store_frame_timeout": "30.0", "mixed_ring": "1",
-                      "host_id": ""}
+                      "host_id": "", "allreduce_algorithm": "auto"}
 
 
 def test_a_job_of_several_ranks_needs_the_store_port():
@@ -69,6 +69,7 @@ def test_a_job_of_several_ranks_needs_the_store_port():
     ("fusion_threshold_bytes", 1.5, "fusion_threshold_bytes must be a whole number of bytes >= 0, got 1.5"),
     ("single_copy", "yes", "single_copy must be 0 or 1, got 'yes'"),
     ("advertise_host", "a b", "advertise_host must be text without spaces"),
+    ("allreduce_algorithm", "tree", "allreduce_algorithm must be 'auto', 'ring' or 'hierarchical', got 'tree'"),
     ("timeout", True, "timeout must be a number of seconds > 0, got True"),
     ("timeout", float("inf"), "timeout must be a number of seconds > 0, got inf"),
 ])

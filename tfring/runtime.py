@@ -141,8 +141,13 @@ def local_size():
 
 
 def transport_name():
-    """Returns the transport in use: "shm (single-copy)", "shm", "tcp" or "none (1 rank)"."""
+    """Returns the transport in use: "shm (single-copy)", "shm", "tcp" or "none (1 rank)".
+
+    A ring that mixes link kinds names both ("shm (single-copy) to rank 1, tcp from rank 3"); when
+    allreduces go hierarchical, "; allreduce hierarchical: ... inside a host, tcp across N hosts"
+    follows.
+    """
     _topology()
-    buf = ctypes.create_string_buffer(64)
+    buf = ctypes.create_string_buffer(512)
     _c().tfring_transport_name(buf, len(buf))
     return buf.value.decode()

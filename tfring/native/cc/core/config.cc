@@ -63,6 +63,11 @@ void setTransport(Config& c, const std::string& k, const std::string& v) {
   c.transport = v;
 }
 
+void setAllreduceAlgorithm(Config& c, const std::string& k, const std::string& v) {
+  if (v != "auto" && v != "ring" && v != "hierarchical") badValue(k, "auto, ring or hierarchical", v);
+  c.allreduceAlgorithm = v;
+}
+
 void setFusionThreshold(Config& c, const std::string& k, const std::string& v) {
   uint64_t bytes = 0;  // unsigned: a '-' does not parse
   if (!parseNumber(v, &bytes)) badValue(k, "a whole number of bytes", v);
@@ -95,6 +100,7 @@ const Field kFields[] = {
     {"store_frame_timeout", setSeconds<&Config::storeFrameTimeout>},
     {"mixed_ring", setFlag<&Config::mixedRing>},
     {"host_id", setWord<&Config::hostId>},
+    {"allreduce_algorithm", setAllreduceAlgorithm},
 };
 constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 

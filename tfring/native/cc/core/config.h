@@ -29,6 +29,7 @@ struct Config {
   double storeFrameTimeout = 0;     // store_frame_timeout: seconds to finish a store frame once begun
   bool mixedRing = true;            // mixed_ring: transport=auto may mix shm and TCP links across hosts
   std::string hostId;               // host_id: this rank's host identity ("" -> detected)
+  std::string allreduceAlgorithm;   // allreduce_algorithm: auto | ring | hierarchical
 
   // Parses the record; throws Error(kInvalidArgument) naming a missing, unknown or repeated key, or
   // a value that is not of its key's type.

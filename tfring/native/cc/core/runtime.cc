@@ -30,7 +30,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
     throw Error(Code::kInvalidArgument, "config: rank " + std::to_string(config.rank) + " is outside [0, " +
                                             std::to_string(config.size) + ")");
   }
-  std::unique_ptr<Transport> transport;
+  Rings rings;
   if (config.size > 1) {
     if (config.rank == 0) {
       server_ = std::make_unique<TcpStoreServer>(storeListenHost(config), config.storePort, config.secret,
@@ -39,9 +39,9 @@ Runtime::Runtime(const Config& config) : config_(config) {
     auto client = std::make_shared<TcpStore>(config.storeHost, config.storePort, config.secret,
                                              config.storeRequestTimeout, Deadline::after(config.rendezvousTimeout));
     store_ = std::make_shared<PrefixStore>(config.jobId, client);
-    transport = connectRing(config, *store_);
+    rings = connectRings(config, *store_);
   }
-  engine_ = std::make_unique<Engine>(config, std::move(transport), store_);
+  engine_ = std::make_unique<Engine>(config, std::move(rings), store_);
 }
 
 void Runtime::init(const Config& config) {

@@ -26,53 +26,58 @@ void reducePieces(const IoList& in, const IoList& out, size_t offset, const uint
   }
 }
 
-void dividePieces(const IoList& out, size_t offset, size_t len, DataType type, int divisor) {
+int mod(int x, int size) { return ((x % size) + size) % size; }
+
+}  // namespace
+
+void divideSegment(const IoList& out, size_t offset, size_t len, DataType type, int divisor) {
   const size_t elem = dataTypeSize(type);
   for (const auto& p : sliceIo(out, offset, len)) divideBy(p.iov_base, p.iov_len / elem, type, divisor);
 }
 
-}  // namespace
-
-void ringAllreduce(Transport* t, int size, const IoList& in, const IoList& out, DataType type,
-                   ReduceOp op, Deadline deadline) {
-  if (size == 1) {
-    copyPieces(in, out);
-    return;
-  }
+void ringReduceScatter(Transport* t, int size, const IoList& in, const IoList& out, DataType type, ReduceOp op,
+                       Deadline deadline) {
+  if (size == 1) return copyPieces(in, out);
   const size_t elem = dataTypeSize(type);
-  const size_t count = totalBytes(in) / elem;
-  const int rank = t->rank();
-  auto segStart = [&](int s) { return (count * static_cast<size_t>(s) / size) * elem; };
-  auto segLen = [&](int s) { return segStart(s + 1) - segStart(s); };
-  auto mod = [&](int x) { return ((x % size) + size) % size; };
-
+  const Segments seg(totalBytes(in), elem, size);
   for (int step = 0; step < size - 1; ++step) {
-    const int sendSeg = mod(rank - step);
-    const int recvSeg = mod(rank - step - 1);
+    const int sendSeg = mod(t->rank() - step, size);
+    const int recvSeg = mod(t->rank() - step - 1, size);
     const IoList& sendFrom = step == 0 ? in : out;
     RecvTarget target;
-    target.bytes = segLen(recvSeg);
+    target.bytes = seg.length(recvSeg);
     target.unit = elem;
     // The arriving partial sum covers every rank to our left; adding our own input completes it
     // by one more rank. Each segment is received and reduced exactly once per rank.
-    const size_t recvStart = segStart(recvSeg);
+    const size_t recvStart = seg.start(recvSeg);
     target.consume = [&](const uint8_t* data, size_t offset, size_t len) {
       reducePieces(in, out, recvStart + offset, data, len, type, op);
     };
-    t->sendRecv(sliceIo(sendFrom, segStart(sendSeg), segLen(sendSeg)), target, deadline);
+    t->sendRecv(sliceIo(sendFrom, seg.start(sendSeg), seg.length(sendSeg)), target, deadline);
   }
-  // Our fully reduced segment; divide once here so every rank ends with the same bits.
-  const int owned = mod(rank + 1);
-  if (op == ReduceOp::kMean) dividePieces(out, segStart(owned), segLen(owned), type, size);
+}
 
+void ringAllgatherSegments(Transport* t, int size, const IoList& out, DataType type, Deadline deadline) {
+  const Segments seg(totalBytes(out), dataTypeSize(type), size);
   for (int step = 0; step < size - 1; ++step) {
-    const int sendSeg = mod(rank + 1 - step);
-    const int recvSeg = mod(rank - step);
+    const int sendSeg = mod(t->rank() + 1 - step, size);
+    const int recvSeg = mod(t->rank() - step, size);
     RecvTarget target;
-    target.bytes = segLen(recvSeg);
-    target.into = sliceIo(out, segStart(recvSeg), segLen(recvSeg));
-    t->sendRecv(sliceIo(out, segStart(sendSeg), segLen(sendSeg)), target, deadline);
+    target.bytes = seg.length(recvSeg);
+    target.into = sliceIo(out, seg.start(recvSeg), seg.length(recvSeg));
+    t->sendRecv(sliceIo(out, seg.start(sendSeg), seg.length(sendSeg)), target, deadline);
   }
+}
+
+void ringAllreduce(Transport* t, int size, const IoList& in, const IoList& out, DataType type, ReduceOp op,
+                   Deadline deadline, int meanOver) {
+  ringReduceScatter(t, size, in, out, type, op, deadline);
+  // Our fully reduced segment; divide once here so every rank ends with the same bits.
+  const int mine = size == 1 ? 0 : ownedSegment(t->rank(), size);
+  const int divisor = meanOver ? meanOver : size;
+  const Segments seg(totalBytes(out), dataTypeSize(type), size);
+  if (op == ReduceOp::kMean && divisor > 1) divideSegment(out, seg.start(mine), seg.length(mine), type, divisor);
+  if (size > 1) ringAllgatherSegments(t, size, out, type, deadline);
 }
 
 }  // namespace tfring

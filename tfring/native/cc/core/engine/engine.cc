@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/allgather_ring.h"
+#include "algorithms/allreduce_hierarchical.h"
 #include "algorithms/allreduce_ring.h"
 #include "algorithms/broadcast_ring.h"
 #include "engine/fusion_plan.h"
@@ -10,8 +11,8 @@
 
 namespace tfring {
 
-Engine::Engine(const Config& config, std::unique_ptr<Transport> transport, std::shared_ptr<Store> store)
-    : config_(config), transport_(std::move(transport)), store_(std::move(store)) {
+Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store)
+    : config_(config), rings_(std::move(rings)), world_(rings_.world.get()), store_(std::move(store)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -21,11 +22,11 @@ Engine::~Engine() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (transport_) transport_->abort();  // unblocks a collective still waiting on a peer
+  rings_.abort();  // unblocks a collective still waiting on a peer
   thread_.join();
 }
 
-std::string Engine::transportName() const { return transport_ ? transport_->name() : "none (1 rank)"; }
+std::string Engine::transportName() const { return rings_.name(); }
 
 void Engine::enqueue(Request request) {
   Status failed;
@@ -69,7 +70,7 @@ void Engine::execute(Request& r) {
   const Deadline deadline = Deadline::after(config_.collectiveTimeout);
   try {
     if (config_.size > 1) {
-      checkRanksAgree(transport_.get(), config_.rank, config_.size, r, config_.fusionThresholdBytes, deadline);
+      checkRanksAgree(world_, config_.rank, config_.size, r, config_.fusionThresholdBytes, deadline);
     }
     if (r.staged) {
       staged(r, deadline);
@@ -87,7 +88,7 @@ void Engine::execute(Request& r) {
         allgather(r, deadline);
         break;
       case OpKind::kBarrier:
-        ringBarrier(transport_.get(), config_.size, deadline);
+        ringBarrier(world_, config_.size, deadline);
         break;
     }
     r.done(Status());
@@ -107,9 +108,14 @@ void Engine::allreduce(Request& r, Deadline d) {
     if (fusion_.size() < pass.packBytes) fusion_.resize(pass.packBytes);
     IoList in, out;
     pass.pack(r.tensors, fusion_.data(), &in, &out);
-    ringAllreduce(transport_.get(), config_.size, in, out, r.type, r.op, d);
+    reduce(in, out, r.type, r.op, d);
     pass.unpack(r.tensors, fusion_.data());
   }
+}
+
+void Engine::reduce(const IoList& in, const IoList& out, DataType type, ReduceOp op, Deadline d) {
+  if (!rings_.hierarchical()) return ringAllreduce(world_, config_.size, in, out, type, op, d);
+  hierarchicalAllreduce(rings_.local.get(), rings_.localSize, rings_.cross.get(), rings_.hosts, in, out, type, op, d);
 }
 
 void Engine::broadcast(Request& r, Deadline d) {
@@ -118,7 +124,7 @@ void Engine::broadcast(Request& r, Deadline d) {
     if (t.in != t.out && t.bytes) std::memcpy(t.out, t.in, t.bytes);
     data.push_back({t.out, t.bytes});
   }
-  ringBroadcast(transport_.get(), config_.size, r.root, data, d);
+  ringBroadcast(world_, config_.size, r.root, data, d);
 }
 
 void Engine::staged(Request& r, Deadline d) {
@@ -129,9 +135,9 @@ void Engine::staged(Request& r, Deadline d) {
   r.staged([&](void* data, size_t bytes) {
     IoList piece = {{data, bytes}};
     if (r.kind == OpKind::kAllreduce) {
-      ringAllreduce(transport_.get(), config_.size, piece, piece, r.type, r.op, d);
+      reduce(piece, piece, r.type, r.op, d);
     } else {
-      ringBroadcast(transport_.get(), config_.size, r.root, piece, d);
+      ringBroadcast(world_, config_.size, r.root, piece, d);
     }
   });
 }
@@ -141,7 +147,7 @@ void Engine::allgather(Request& r, Deadline d) {
   const int64_t first = t.shape.empty() ? 1 : t.shape[0];
   std::vector<int64_t> dims(config_.size, 0);
   dims[config_.rank] = first;
-  ringAllgather(transport_.get(), config_.size, {{dims.data(), dims.size() * sizeof(int64_t)}},
+  ringAllgather(world_, config_.size, {{dims.data(), dims.size() * sizeof(int64_t)}},
                 std::vector<size_t>(config_.size, sizeof(int64_t)), d);
   // Rows have the same size on every rank (validated above), computed from the trailing
   // dimensions so that a rank with zero rows agrees too.
@@ -164,7 +170,7 @@ void Engine::allgather(Request& r, Deadline d) {
     out = scratch.data();
   }
   if (t.bytes) std::memcpy(static_cast<uint8_t*>(out) + mineAt, t.in, t.bytes);
-  ringAllgather(transport_.get(), config_.size, {{out, total}}, blocks, d);
+  ringAllgather(world_, config_.size, {{out, total}}, blocks, d);
   if (allocFailed) throw Error(Code::kInternal, "allgather could not allocate its output: " + error);
 }
 
@@ -184,7 +190,7 @@ Status Engine::fail(const std::string& what, int peer) {
       if (peer != 0 && config_.rank != 0) message += " (the rendezvous store on rank 0 is gone too)";
     }
   }
-  if (transport_) transport_->abort();
+  rings_.abort();
   std::deque<Request> pending;
   Status status = Status::error(Code::kUnavailable, message);
   {

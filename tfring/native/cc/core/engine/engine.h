@@ -23,6 +23,7 @@
 #include "engine/request.h"
 #include "rendezvous/store.h"
 #include "status.h"
+#include "transport/rings.h"
 #include "transport/transport.h"
 
 namespace tfring {
@@ -30,7 +31,8 @@ namespace tfring {
 class Engine {
  public:
   // `store` (may be null) is only used to leave and read the reason of a failure.
-  Engine(const Config& config, std::unique_ptr<Transport> transport, std::shared_ptr<Store> store);
+  // `rings.world` is null for a job of one rank (a bare Transport converts to world-only Rings).
+  Engine(const Config& config, Rings rings, std::shared_ptr<Store> store);
   ~Engine();
   // Never blocks; `done` runs on the engine thread (or here, if the engine already failed).
   void enqueue(Request request);
@@ -40,6 +42,8 @@ class Engine {
   void loop();
   void execute(Request& r);
   void allreduce(Request& r, Deadline d);
+  // One allreduce pass, over the world ring or hierarchically (transport/rings.h).
+  void reduce(const IoList& in, const IoList& out, DataType type, ReduceOp op, Deadline d);
   void broadcast(Request& r, Deadline d);
   void staged(Request& r, Deadline d);
   void allgather(Request& r, Deadline d);
@@ -47,7 +51,8 @@ class Engine {
   Status fail(const std::string& what, int peer);
 
   Config config_;
-  std::unique_ptr<Transport> transport_;
+  Rings rings_;
+  Transport* world_;  // rings_.world
   std::shared_ptr<Store> store_;
   std::vector<uint8_t> fusion_;
 

@@ -3,11 +3,13 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
 #include "rendezvous/rank_gather.h"
 #include "transport/host_identity.h"
+#include "transport/host_layout.h"
 #include "transport/link_choice.h"
 #include "transport/ring_links.h"
 #include "transport/ring_transport.h"
@@ -19,7 +21,7 @@ namespace tfring {
 namespace {
 
 // Bumped whenever the bytes on the wire change meaning: ranks of different builds refuse to mix.
-constexpr int kProtocolVersion = 2;
+constexpr int kProtocolVersion = 3;
 
 struct Neighbours {
   int left, right;
@@ -30,7 +32,8 @@ struct Neighbours {
 std::string wireSettings(const Config& c) {
   std::ostringstream s;
   s << "protocol=" << kProtocolVersion << "\ntransport=" << c.transport << "\nsingle_copy=" << c.singleCopy
-    << "\nfusion_threshold_bytes=" << c.fusionThresholdBytes << "\nmixed_ring=" << c.mixedRing << "\n";
+    << "\nfusion_threshold_bytes=" << c.fusionThresholdBytes << "\nmixed_ring=" << c.mixedRing
+    << "\nallreduce_algorithm=" << c.allreduceAlgorithm << "\n";
   return s.str();
 }
 
@@ -140,23 +143,28 @@ bool anyShm(const std::vector<LinkKind>& plan) {
 }
 
 // The links of this rank as the plan says, after the store barriers every rank passes alike.
+// `members[i]` is the job rank at ring position i (c.rank and c.size are positions): links and
+// errors name neighbours by their job rank.
 std::unique_ptr<Transport> buildTransport(const Config& c, Store& store, const std::vector<Endpoint>& ring,
-                                          const std::vector<LinkKind>& plan, RingLinks sockets, Deadline deadline) {
+                                          const std::vector<int>& members, const std::vector<LinkKind>& plan,
+                                          RingLinks sockets, Deadline deadline) {
   const Neighbours n(c);
   const bool shm = anyShm(plan);
   if (!shm) storeBarrier(store, "tcp-ready", c.rank, c.size, deadline);
   ShmSegments segments = shm ? mapSegments(c, store, plan, ring, deadline) : ShmSegments();
-  auto toRight = sendLink(plan[c.rank], n.right, segments, std::move(sockets.toRight));
-  auto fromLeft = recvLink(c, plan[n.left], n.left, ring[n.left].pid, segments, std::move(sockets.fromLeft));
+  auto toRight = sendLink(plan[c.rank], members[n.right], segments, std::move(sockets.toRight));
+  auto fromLeft =
+      recvLink(c, plan[n.left], members[n.left], ring[n.left].pid, segments, std::move(sockets.fromLeft));
   // The single-copy verdicts are in every segment before anyone reads its right neighbour's.
   if (shm) storeBarrier(store, "shm-probed", c.rank, c.size, deadline);
-  return std::make_unique<RingTransport>(c.rank, n.left, n.right, std::move(toRight), std::move(fromLeft));
+  return std::make_unique<RingTransport>(c.rank, members[n.left], members[n.right], std::move(toRight),
+                                         std::move(fromLeft));
 }
 
-}  // namespace
-
-std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
-  if (c.size == 1) return nullptr;
+// The ring of `members` (job ranks, in ring order); `c` holds this rank's position and the ring's
+// size as rank and size. `endpoints`, when given, receives what every member published.
+std::unique_ptr<Transport> connectGroup(const Config& c, Store& store, const std::vector<int>& members,
+                                        std::vector<Endpoint>* endpoints) {
   const Deadline deadline = Deadline::after(c.rendezvousTimeout);
   const std::string host = listenHost(c);
   Socket listener = Socket::listen(host, 0);
@@ -165,7 +173,73 @@ std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
   const std::vector<Endpoint> ring = gatherEndpoints(store, c, deadline);
   const std::vector<LinkKind> plan = planRing(c.transport, ring, c.mixedRing);
   RingLinks sockets = linkSockets(c, listener, ring[Neighbours(c).right], deadline);
-  return buildTransport(c, store, ring, plan, std::move(sockets), deadline);
+  if (endpoints) *endpoints = ring;
+  return buildTransport(c, store, ring, members, plan, std::move(sockets), deadline);
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : " ") + std::to_string(r);
+  return s;
+}
+
+// A ring over some of the job's ranks, with its own keys in the store, its own data connections
+// and shared-memory segments. `oneHost`: all members share this rank's host.
+std::unique_ptr<Transport> connectSubring(const Config& c, Store& store, const std::string& name,
+                                          const std::vector<int>& members, bool oneHost) {
+  Config sub = c;
+  sub.rank = static_cast<int>(std::find(members.begin(), members.end(), c.rank) - members.begin());
+  sub.size = static_cast<int>(members.size());
+  sub.jobId = c.jobId + "." + name;
+  // Listen where the world ring does, or on loopback inside one host.
+  sub.localSize = oneHost || c.localSize == c.size ? sub.size : 1;
+  PrefixStore prefixed(name, std::shared_ptr<Store>(&store, [](Store*) {}));
+  try {
+    return connectGroup(sub, prefixed, members, nullptr);
+  } catch (const Error& e) {
+    throw Error(e.code(), "linking the ring " + name + " of the hierarchical allreduce (job ranks " +
+                              rankList(members) + "; ranks below count positions in it): " + e.what());
+  }
+}
+
+std::vector<int> allRanks(int size) {
+  std::vector<int> ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  return ranks;
+}
+
+HostLayout layoutOf(const std::vector<Endpoint>& ring) {
+  std::vector<std::string> machines;
+  for (const auto& e : ring) machines.push_back(e.machine);
+  return hostLayout(machines);
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
+  if (c.size == 1) return nullptr;
+  return connectGroup(c, store, allRanks(c.size), nullptr);
+}
+
+Rings connectRings(const Config& c, Store& store) {
+  Rings rings;
+  if (c.size == 1) return rings;
+  std::vector<Endpoint> world;
+  rings.world = connectGroup(c, store, allRanks(c.size), &world);
+  const HostLayout layout = layoutOf(world);
+  if (!useHierarchical(c.allreduceAlgorithm, layout)) return rings;
+  // Hosts' ranks are contiguous, so a rank's right neighbour inside its host ring is the one of
+  // the world ring wherever the world link is shared memory: the single reader that the one
+  // PR_SET_PTRACER a process can name (mapSegments) lets read its buffers is the same in both.
+  const int perHost = layout.perHost, host = c.rank / perHost, index = c.rank % perHost;
+  std::vector<int> local, cross;
+  for (int i = 0; i < perHost; ++i) local.push_back(host * perHost + i);
+  for (int h = 0; h < layout.hosts; ++h) cross.push_back(h * perHost + index);
+  rings.local = connectSubring(c, store, "host" + std::to_string(host), local, true);
+  rings.cross = connectSubring(c, store, "across" + std::to_string(index), cross, false);
+  rings.localSize = perHost;
+  rings.hosts = layout.hosts;
+  return rings;
 }
 
 }  // namespace tfring

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "rendezvous/store.h"
+#include "transport/rings.h"
 #include "transport/transport.h"
 
 namespace tfring {
@@ -18,5 +19,11 @@ namespace tfring {
 // (transport/host_identity.h: config.hostId, else detected) count as one host and may share
 // memory; tests give thread-ranks different host ids to build rings spanning several "hosts".
 std::unique_ptr<Transport> connectRing(const Config& config, Store& store);
+
+// The world ring, and when allreduces go hierarchical (transport/host_layout.h decides from the
+// host identities and config.allreduceAlgorithm) the ring inside this rank's host and the one
+// across hosts. Throws as connectRing does, and kInvalidArgument when allreduce_algorithm is
+// hierarchical but the layout cannot be.
+Rings connectRings(const Config& config, Store& store);
 
 }  // namespace tfring

@@ -14,7 +14,8 @@ const char* kRecord =
     "rank=1\nsize=4\nlocal_rank=1\nlocal_size=2\nstore_host=10.0.0.7\nstore_port=29500\n"
     "secret=s3=cr=t\njob_id=job-7\nadvertise_host=\nrendezvous_timeout=120.0\ntimeout=60.5\n"
     "transport=tcp\nsingle_copy=0\nfusion_threshold_bytes=67108864\nstore_request_timeout=60.0\n"
-    "store_auth_timeout=10.0\nstore_frame_timeout=30.0\nmixed_ring=1\nhost_id=rack4-node7\n";
+    "store_auth_timeout=10.0\nstore_frame_timeout=30.0\nmixed_ring=1\nhost_id=rack4-node7\n"
+    "allreduce_algorithm=auto\n";
 
 // kRecord with the line of `key` replaced by `line` ("" drops it).
 std::string with(const std::string& key, const std::string& line) {
@@ -38,6 +39,7 @@ TEST(config_parses_a_complete_record) {
   CHECK_EQ(c.transport, std::string("tcp"));
   CHECK(!c.singleCopy);
   CHECK(c.mixedRing);
+  CHECK_EQ(c.allreduceAlgorithm, std::string("auto"));
   CHECK_EQ(c.hostId, std::string("rack4-node7"));
   CHECK_EQ(c.fusionThresholdBytes, size_t{64} << 20);
   CHECK(c.storeRequestTimeout == 60.0 && c.storeAuthTimeout == 10.0 && c.storeFrameTimeout == 30.0);
@@ -65,6 +67,8 @@ TEST(config_refuses_values_that_are_not_of_their_type) {
   CHECK_THROWS(Config::parse(with("host_id", "host_id=rack 4")), "host_id must be text without spaces, got 'rack 4'");
   CHECK_THROWS(Config::parse(with("host_id", "host_id=a\tb")), "host_id must be text without spaces");
   CHECK_EQ(Config::parse(with("host_id", "host_id=")).hostId, std::string(""));  // "": detect
+  CHECK_THROWS(Config::parse(with("allreduce_algorithm", "allreduce_algorithm=tree")),
+               "allreduce_algorithm must be auto, ring or hierarchical, got 'tree'");
 }
 
 TEST(config_checks_no_ranges) {

@@ -40,6 +40,7 @@ inline tfring::Config testConfig(int rank, int size, const std::string& job) {
   c.storeAuthTimeout = limits.authTimeout;
   c.storeFrameTimeout = limits.frameTimeout;
   c.mixedRing = true;  // Python's default
+  c.allreduceAlgorithm = "auto";
   c.hostId = "";       // detected: every thread-rank on this machine
   return c;
 }
