@@ -8,17 +8,6 @@ using namespace tfring_test;
 
 namespace {
 
-Request allreduceOf(std::vector<std::vector<float>>& tensors, ReduceOp op = ReduceOp::kSum) {
-  Request r;
-  r.kind = OpKind::kAllreduce;
-  r.name = "grads";
-  r.op = op;
-  for (auto& t : tensors) {
-    r.tensors.push_back({t.data(), t.data(), t.size() * 4, {static_cast<int64_t>(t.size())}});
-  }
-  return r;
-}
-
 // Thread-ranks that each own an Engine. `tweak` adjusts each rank's config.
 void withEngines(int size, const Mode& m, const std::function<void(Config&)>& tweak,
                  const std::function<void(int, Engine&)>& fn) {

@@ -138,15 +138,10 @@ TEST(engine_allreduces_fused_tensors_hierarchically) {
     Engine e(c, connectRings(c, *ps), ps);
     CHECK(e.transportName().find("hierarchical") != std::string::npos);
     std::vector<std::vector<float>> ts(300, std::vector<float>(100));
-    Request req;
-    req.kind = OpKind::kAllreduce;
-    req.name = "grads";
-    req.op = ReduceOp::kMean;
     for (size_t k = 0; k < ts.size(); ++k) {
       for (size_t i = 0; i < ts[k].size(); ++i) ts[k][i] = static_cast<float>(r * 4 + k + i);
-      req.tensors.push_back({ts[k].data(), ts[k].data(), ts[k].size() * 4, {static_cast<int64_t>(ts[k].size())}});
     }
-    CHECK(call(e, std::move(req)).ok());
+    CHECK(call(e, allreduceOf(ts, ReduceOp::kMean)).ok());
     // The mean over ranks of r*4 + k + i is 6 + k + i: exact in float32.
     for (size_t k = 0; k < ts.size(); k += 7) {
       for (size_t i = 0; i < ts[k].size(); i += 13) CHECK_EQ(ts[k][i], static_cast<float>(6 + k + i));
@@ -166,13 +161,8 @@ TEST(engine_hierarchical_dead_peer_fails_fast) {
     if (r == 3) return;  // rank 3 "dies": every ring's connections close without a word
     Engine e(c, std::move(rings), ps);
     const auto start = Clock::now();
-    std::vector<float> t(1 << 20, 1.0f);
-    Request req;
-    req.kind = OpKind::kAllreduce;
-    req.name = "grads";
-    req.op = ReduceOp::kSum;
-    req.tensors.push_back({t.data(), t.data(), t.size() * 4, {static_cast<int64_t>(t.size())}});
-    Status s = call(e, std::move(req));
+    std::vector<std::vector<float>> ts = {std::vector<float>(1 << 20, 1.0f)};
+    Status s = call(e, allreduceOf(ts));
     CHECK(!s.ok() && s.code == Code::kUnavailable);
     CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 10);
     // Rank 2 shares rank 3's host ring, rank 1 its ring across hosts: both hear from it directly.

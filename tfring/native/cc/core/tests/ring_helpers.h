@@ -69,6 +69,19 @@ inline void withRing(int size, const Mode& m,
   });
 }
 
+// An in-place allreduce of float tensors named "grads".
+inline tfring::Request allreduceOf(std::vector<std::vector<float>>& tensors,
+                                   tfring::ReduceOp op = tfring::ReduceOp::kSum) {
+  tfring::Request r;
+  r.kind = tfring::OpKind::kAllreduce;
+  r.name = "grads";
+  r.op = op;
+  for (auto& t : tensors) {
+    r.tensors.push_back({t.data(), t.data(), t.size() * 4, {static_cast<int64_t>(t.size())}});
+  }
+  return r;
+}
+
 // Runs one request on `e` and waits for its status.
 inline tfring::Status call(tfring::Engine& e, tfring::Request r) {
   std::promise<tfring::Status> p;
