@@ -184,15 +184,17 @@ std::string rankList(const std::vector<int>& ranks) {
 }
 
 // A ring over some of the job's ranks, with its own keys in the store, its own data connections
-// and shared-memory segments. `oneHost`: all members share this rank's host.
+// and shared-memory segments, listening where the world ring does (ranks that share a host id may
+// still sit in different network namespaces). Links follow the world ring's rules: with
+// mixed_ring off and ranks on several hosts, TCP on every link of every ring.
 std::unique_ptr<Transport> connectSubring(const Config& c, Store& store, const std::string& name,
-                                          const std::vector<int>& members, bool oneHost) {
+                                          const std::vector<int>& members) {
   Config sub = c;
   sub.rank = static_cast<int>(std::find(members.begin(), members.end(), c.rank) - members.begin());
   sub.size = static_cast<int>(members.size());
   sub.jobId = c.jobId + "." + name;
-  // Listen where the world ring does, or on loopback inside one host.
-  sub.localSize = oneHost || c.localSize == c.size ? sub.size : 1;
+  sub.localSize = c.localSize == c.size ? sub.size : 1;
+  if (c.transport == "auto" && !c.mixedRing) sub.transport = "tcp";
   PrefixStore prefixed(name, std::shared_ptr<Store>(&store, [](Store*) {}));
   try {
     return connectGroup(sub, prefixed, members, nullptr);
@@ -235,8 +237,8 @@ Rings connectRings(const Config& c, Store& store) {
   std::vector<int> local, cross;
   for (int i = 0; i < perHost; ++i) local.push_back(host * perHost + i);
   for (int h = 0; h < layout.hosts; ++h) cross.push_back(h * perHost + index);
-  rings.local = connectSubring(c, store, "host" + std::to_string(host), local, true);
-  rings.cross = connectSubring(c, store, "across" + std::to_string(index), cross, false);
+  rings.local = connectSubring(c, store, "host" + std::to_string(host), local);
+  rings.cross = connectSubring(c, store, "across" + std::to_string(index), cross);
   rings.localSize = perHost;
   rings.hosts = layout.hosts;
   return rings;

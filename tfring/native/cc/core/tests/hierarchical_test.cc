@@ -15,12 +15,12 @@ namespace {
 
 // Runs fn(rank, rings) on hosts x perHost thread-ranks placed host by host.
 void withRings(int hosts, int perHost, const std::string& algorithm,
-               const std::function<void(int, Rings&)>& fn) {
+               const std::function<void(int, Rings&)>& fn, bool mixedRing = true) {
   auto store = std::make_shared<HashStore>();
   const std::string job = uniqueJob();
   const int size = hosts * perHost;
   spawn(size, [&](int r) {
-    Mode mode{"auto", true, "shm-and-tcp", perHost};
+    Mode mode{"auto", true, "shm-and-tcp", perHost, mixedRing};
     Config c = rankConfig(r, size, mode, job);
     c.allreduceAlgorithm = algorithm;
     PrefixStore ps(job, store);
@@ -73,7 +73,8 @@ TEST(host_layout_decides_the_allreduce) {
 }
 
 TEST(hierarchical_allreduce_every_dtype_op_and_layout) {
-  for (auto [hosts, perHost] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}}) {
+  for (const auto& layout : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}}) {
+    const int hosts = layout.first, perHost = layout.second;
     const int size = hosts * perHost;
     std::mutex mu;
     std::vector<std::vector<uint8_t>> results(size);
@@ -108,6 +109,15 @@ TEST(hierarchical_rings_name_both_levels) {
     CHECK(rings.name().find("across 2 hosts") != std::string::npos);
   });
   withRings(2, 2, "ring", [&](int, Rings& rings) { CHECK(!rings.hierarchical()); });
+}
+
+TEST(hierarchical_rings_follow_mixed_ring_off_tcp_everywhere) {
+  withRings(2, 2, "auto", [&](int, Rings& rings) {
+    CHECK(rings.hierarchical());
+    CHECK_EQ(rings.world->name(), std::string("tcp"));
+    CHECK_EQ(rings.local->name(), std::string("tcp"));
+    CHECK_EQ(rings.cross->name(), std::string("tcp"));
+  }, false);
 }
 
 TEST(hierarchical_forced_on_an_uneven_layout_fails_every_rank) {

@@ -19,8 +19,10 @@ struct HostLayout {
 HostLayout hostLayout(const std::vector<std::string>& machines);
 
 // Whether allreduces take the hierarchical path; `algorithm` is the setting allreduce_algorithm
-// (auto | ring | hierarchical). Only layouts with several hosts of several ranks each can; with
-// "hierarchical" any other layout of several hosts is an error that says why.
+// (auto | ring | hierarchical). Only regular layouts with several hosts of several ranks each do.
+// With "hierarchical", a layout of several hosts that is not regular (different counts, a host's
+// ranks interleaved) is an error that says why; one host, or one rank per host, is the flat ring
+// (the hierarchical allreduce would be the same ring).
 bool useHierarchical(const std::string& algorithm, const HostLayout& layout);
 
 }  // namespace tfring

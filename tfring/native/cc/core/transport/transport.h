@@ -86,6 +86,9 @@ class Transport {
   virtual void abort() = 0;
   virtual std::string name() const = 0;
 
+  // This rank's position in the ring (its job rank in the world ring); left() and right() are
+  // the neighbours' job ranks, for messages. Algorithms that compare ranks with positions
+  // (broadcast's root) run on the world ring only, where the two are equal.
   int rank() const { return rank_; }
   int left() const { return left_; }
   int right() const { return right_; }
