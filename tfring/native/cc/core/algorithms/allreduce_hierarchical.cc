@@ -7,9 +7,7 @@ namespace tfring {
 void hierarchicalAllreduce(Transport* local, int localSize, Transport* cross, int hosts, const IoList& in,
                            const IoList& out, DataType type, ReduceOp op, Deadline deadline) {
   ringReduceScatter(local, localSize, in, out, type, op, deadline);
-  const int mine = localSize == 1 ? 0 : ownedSegment(local->rank(), localSize);
-  const Segments seg(totalBytes(out), dataTypeSize(type), localSize);
-  const IoList segment = sliceIo(out, seg.start(mine), seg.length(mine));
+  const IoList segment = ownedPart(local, localSize, out, type);
   ringAllreduce(cross, hosts, segment, segment, type, op, deadline, localSize * hosts);
   if (localSize > 1) ringAllgatherSegments(local, localSize, out, type, deadline);
 }

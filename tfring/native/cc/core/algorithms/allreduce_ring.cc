@@ -26,13 +26,20 @@ void reducePieces(const IoList& in, const IoList& out, size_t offset, const uint
   }
 }
 
+// pieces /= divisor, for MEAN once they hold the sum of `divisor` ranks.
+void dividePieces(const IoList& pieces, DataType type, int divisor) {
+  const size_t elem = dataTypeSize(type);
+  for (const auto& p : pieces) divideBy(p.iov_base, p.iov_len / elem, type, divisor);
+}
+
 int mod(int x, int size) { return ((x % size) + size) % size; }
 
 }  // namespace
 
-void divideSegment(const IoList& out, size_t offset, size_t len, DataType type, int divisor) {
-  const size_t elem = dataTypeSize(type);
-  for (const auto& p : sliceIo(out, offset, len)) divideBy(p.iov_base, p.iov_len / elem, type, divisor);
+IoList ownedPart(const Transport* t, int size, const IoList& out, DataType type) {
+  const int mine = size == 1 ? 0 : ownedSegment(t->rank(), size);
+  const Segments seg(totalBytes(out), dataTypeSize(type), size);
+  return sliceIo(out, seg.start(mine), seg.length(mine));
 }
 
 void ringReduceScatter(Transport* t, int size, const IoList& in, const IoList& out, DataType type, ReduceOp op,
@@ -73,10 +80,8 @@ void ringAllreduce(Transport* t, int size, const IoList& in, const IoList& out, 
                    Deadline deadline, int meanOver) {
   ringReduceScatter(t, size, in, out, type, op, deadline);
   // Our fully reduced segment; divide once here so every rank ends with the same bits.
-  const int mine = size == 1 ? 0 : ownedSegment(t->rank(), size);
   const int divisor = meanOver ? meanOver : size;
-  const Segments seg(totalBytes(out), dataTypeSize(type), size);
-  if (op == ReduceOp::kMean && divisor > 1) divideSegment(out, seg.start(mine), seg.length(mine), type, divisor);
+  if (op == ReduceOp::kMean && divisor > 1) dividePieces(ownedPart(t, size, out, type), type, divisor);
   if (size > 1) ringAllgatherSegments(t, size, out, type, deadline);
 }
 

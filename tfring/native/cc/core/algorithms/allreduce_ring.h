@@ -33,6 +33,9 @@ struct Segments {
 
 inline int ownedSegment(int rank, int size) { return (rank + 1) % size; }
 
+// The pieces of `out` that this rank owns after ringReduceScatter (all of it when size == 1).
+IoList ownedPart(const Transport* transport, int size, const IoList& out, DataType type);
+
 // `transport` is null when size == 1. MEAN divides the sum by `meanOver` ranks (0: by `size`).
 void ringAllreduce(Transport* transport, int size, const IoList& in, const IoList& out, DataType type,
                    ReduceOp op, Deadline deadline, int meanOver = 0);
@@ -44,8 +47,5 @@ void ringReduceScatter(Transport* transport, int size, const IoList& in, const I
 
 // The second phase: every rank's owned segment of `out` reaches every rank.
 void ringAllgatherSegments(Transport* transport, int size, const IoList& out, DataType type, Deadline deadline);
-
-// out[segment] /= divisor, for MEAN once a segment holds the sum of `divisor` ranks.
-void divideSegment(const IoList& out, size_t offset, size_t len, DataType type, int divisor);
 
 }  // namespace tfring

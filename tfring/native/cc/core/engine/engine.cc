@@ -12,7 +12,7 @@
 namespace tfring {
 
 Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store)
-    : config_(config), rings_(std::move(rings)), world_(rings_.world.get()), store_(std::move(store)) {
+    : config_(config), rings_(std::move(rings)), store_(std::move(store)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -70,7 +70,7 @@ void Engine::execute(Request& r) {
   const Deadline deadline = Deadline::after(config_.collectiveTimeout);
   try {
     if (config_.size > 1) {
-      checkRanksAgree(world_, config_.rank, config_.size, r, config_.fusionThresholdBytes, deadline);
+      checkRanksAgree(world(), config_.rank, config_.size, r, config_.fusionThresholdBytes, deadline);
     }
     if (r.staged) {
       staged(r, deadline);
@@ -88,7 +88,7 @@ void Engine::execute(Request& r) {
         allgather(r, deadline);
         break;
       case OpKind::kBarrier:
-        ringBarrier(world_, config_.size, deadline);
+        ringBarrier(world(), config_.size, deadline);
         break;
     }
     r.done(Status());
@@ -114,7 +114,7 @@ void Engine::allreduce(Request& r, Deadline d) {
 }
 
 void Engine::reduce(const IoList& in, const IoList& out, DataType type, ReduceOp op, Deadline d) {
-  if (!rings_.hierarchical()) return ringAllreduce(world_, config_.size, in, out, type, op, d);
+  if (!rings_.hierarchical()) return ringAllreduce(world(), config_.size, in, out, type, op, d);
   hierarchicalAllreduce(rings_.local.get(), rings_.localSize, rings_.cross.get(), rings_.hosts, in, out, type, op, d);
 }
 
@@ -124,7 +124,7 @@ void Engine::broadcast(Request& r, Deadline d) {
     if (t.in != t.out && t.bytes) std::memcpy(t.out, t.in, t.bytes);
     data.push_back({t.out, t.bytes});
   }
-  ringBroadcast(world_, config_.size, r.root, data, d);
+  ringBroadcast(world(), config_.size, r.root, data, d);
 }
 
 void Engine::staged(Request& r, Deadline d) {
@@ -137,7 +137,7 @@ void Engine::staged(Request& r, Deadline d) {
     if (r.kind == OpKind::kAllreduce) {
       reduce(piece, piece, r.type, r.op, d);
     } else {
-      ringBroadcast(world_, config_.size, r.root, piece, d);
+      ringBroadcast(world(), config_.size, r.root, piece, d);
     }
   });
 }
@@ -147,7 +147,7 @@ void Engine::allgather(Request& r, Deadline d) {
   const int64_t first = t.shape.empty() ? 1 : t.shape[0];
   std::vector<int64_t> dims(config_.size, 0);
   dims[config_.rank] = first;
-  ringAllgather(world_, config_.size, {{dims.data(), dims.size() * sizeof(int64_t)}},
+  ringAllgather(world(), config_.size, {{dims.data(), dims.size() * sizeof(int64_t)}},
                 std::vector<size_t>(config_.size, sizeof(int64_t)), d);
   // Rows have the same size on every rank (validated above), computed from the trailing
   // dimensions so that a rank with zero rows agrees too.
@@ -170,7 +170,7 @@ void Engine::allgather(Request& r, Deadline d) {
     out = scratch.data();
   }
   if (t.bytes) std::memcpy(static_cast<uint8_t*>(out) + mineAt, t.in, t.bytes);
-  ringAllgather(world_, config_.size, {{out, total}}, blocks, d);
+  ringAllgather(world(), config_.size, {{out, total}}, blocks, d);
   if (allocFailed) throw Error(Code::kInternal, "allgather could not allocate its output: " + error);
 }
 

@@ -41,6 +41,7 @@ class Engine {
  private:
   void loop();
   void execute(Request& r);
+  Transport* world() const { return rings_.world.get(); }
   void allreduce(Request& r, Deadline d);
   // One allreduce pass, over the world ring or hierarchically (transport/rings.h).
   void reduce(const IoList& in, const IoList& out, DataType type, ReduceOp op, Deadline d);
@@ -52,7 +53,6 @@ class Engine {
 
   Config config_;
   Rings rings_;
-  Transport* world_;  // rings_.world
   std::shared_ptr<Store> store_;
   std::vector<uint8_t> fusion_;
 

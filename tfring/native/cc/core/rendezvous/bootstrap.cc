@@ -185,16 +185,15 @@ std::string rankList(const std::vector<int>& ranks) {
 
 // A ring over some of the job's ranks, with its own keys in the store, its own data connections
 // and shared-memory segments, listening where the world ring does (ranks that share a host id may
-// still sit in different network namespaces). Links follow the world ring's rules: with
-// mixed_ring off and ranks on several hosts, TCP on every link of every ring.
+// still sit in different network namespaces). `transport` is the world ring's (ringTransport).
 std::unique_ptr<Transport> connectSubring(const Config& c, Store& store, const std::string& name,
-                                          const std::vector<int>& members) {
+                                          const std::vector<int>& members, const std::string& transport) {
   Config sub = c;
   sub.rank = static_cast<int>(std::find(members.begin(), members.end(), c.rank) - members.begin());
   sub.size = static_cast<int>(members.size());
   sub.jobId = c.jobId + "." + name;
   sub.localSize = c.localSize == c.size ? sub.size : 1;
-  if (c.transport == "auto" && !c.mixedRing) sub.transport = "tcp";
+  sub.transport = transport;
   PrefixStore prefixed(name, std::shared_ptr<Store>(&store, [](Store*) {}));
   try {
     return connectGroup(sub, prefixed, members, nullptr);
@@ -237,8 +236,9 @@ Rings connectRings(const Config& c, Store& store) {
   std::vector<int> local, cross;
   for (int i = 0; i < perHost; ++i) local.push_back(host * perHost + i);
   for (int h = 0; h < layout.hosts; ++h) cross.push_back(h * perHost + index);
-  rings.local = connectSubring(c, store, "host" + std::to_string(host), local);
-  rings.cross = connectSubring(c, store, "across" + std::to_string(index), cross);
+  const std::string transport = ringTransport(c.transport, world, c.mixedRing);
+  rings.local = connectSubring(c, store, "host" + std::to_string(host), local, transport);
+  rings.cross = connectSubring(c, store, "across" + std::to_string(index), cross, transport);
   rings.localSize = perHost;
   rings.hosts = layout.hosts;
   return rings;

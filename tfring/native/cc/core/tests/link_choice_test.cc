@@ -37,6 +37,10 @@ TEST(link_choice_is_made_per_link_across_hosts) {
   // mixed_ring off: auto across hosts is TCP on every link.
   CHECK(planRing("auto", ringOn({"a", "a", "b", "b"}), false) == std::vector<LinkKind>({kTcp, kTcp, kTcp, kTcp}));
   CHECK(planRing("auto", ringOn({"a", "a", "a"}), false) == std::vector<LinkKind>({kShm, kShm, kShm}));
+  // The rule the hierarchical allreduce's rings inherit from the world ring.
+  CHECK_EQ(ringTransport("auto", ringOn({"a", "a", "b", "b"}), false), std::string("tcp"));
+  CHECK_EQ(ringTransport("auto", ringOn({"a", "a", "b", "b"}), true), std::string("auto"));
+  CHECK_EQ(ringTransport("auto", ringOn({"a", "a"}), false), std::string("auto"));
   CHECK(linkEnabled(kTcp, "auto", ringOn({"a"})[0], ringOn({"b"})[0]));
   CHECK(!linkEnabled(kShm, "auto", ringOn({"a"})[0], ringOn({"b"})[0]));
 }

@@ -27,8 +27,12 @@ static bool oneMachine(const std::vector<Endpoint>& ring) {
   return true;
 }
 
+std::string ringTransport(const std::string& requested, const std::vector<Endpoint>& ring, bool mixed) {
+  return requested == "auto" && !mixed && !oneMachine(ring) ? "tcp" : requested;
+}
+
 std::vector<LinkKind> planRing(const std::string& requested, const std::vector<Endpoint>& ring, bool mixed) {
-  const std::string transport = requested == "auto" && !mixed && !oneMachine(ring) ? "tcp" : requested;
+  const std::string transport = ringTransport(requested, ring, mixed);
   const int size = static_cast<int>(ring.size());
   std::vector<LinkKind> plan;
   for (int r = 0; r < size; ++r) {

@@ -27,6 +27,11 @@ struct Endpoint {
 // (auto | shm | tcp).
 bool linkEnabled(LinkKind kind, const std::string& transport, const Endpoint& from, const Endpoint& to);
 
+// The transport a ring of these endpoints uses for `requested` (auto | shm | tcp): "tcp" for
+// auto on several hosts without `mixed`, else `requested`. The hierarchical allreduce's rings take
+// the world ring's answer, so that mixed_ring=0 means TCP on every link of every ring.
+std::string ringTransport(const std::string& requested, const std::vector<Endpoint>& ring, bool mixed);
+
 // plan[r] is the kind of the link from rank r to rank (r + 1) % size: the first enabled kind in
 // order of preference. Throws Error(kInvalidArgument) naming two ranks when a link has none.
 // Without `mixed`, transport=auto on ranks that span hosts uses TCP on every link (tfring's rule
