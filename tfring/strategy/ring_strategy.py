@@ -21,6 +21,7 @@ each of them across processes:
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import distribute_utils
+from tensorflow.python.distribute import input_util
 from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.distribute import values as values_lib
 
@@ -260,14 +261,31 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     # ---- input ----
     def _experimental_distribute_dataset(self, dataset, options):
-        dataset = input_sharding.shard_for_rank(dataset, self._rank, self._size)
-        return super()._experimental_distribute_dataset(dataset, options)
+        return self._one_replica_input(input_sharding.shard_for_rank(dataset, self._rank, self._size), options)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
-        context = distribute_lib.InputContext(num_input_pipelines=self._size, input_pipeline_id=self._rank,
-                                              num_replicas_in_sync=self._size)
-        dataset = dataset_fn(context)
-        return super()._experimental_distribute_dataset(input_sharding.without_autoshard(dataset), options)
+        return self._one_replica_input(input_sharding.without_autoshard(dataset_fn(self._input_context())), options)
+
+    def _input_context(self):
+        return distribute_lib.InputContext(num_input_pipelines=self._size, input_pipeline_id=self._rank,
+                                           num_replicas_in_sync=self._size)
+
+    def _one_replica_input(self, dataset, options):
+        """This rank's batches as the distributed input of its one replica, iterated directly.
+
+        tf.distribute's default for a single device prefetches through a MultiDeviceIterator, whose
+        background thread can still be inside the dataset's GetNext when Keras drops the iterator at
+        the end of an epoch: on TensorFlow 2.21 that crashed `evaluate` with SIGSEGV about once in
+        a few hundred epochs. With one replica per process there is nothing to spread over devices,
+        so the dataset's own iterator is used (per-replica input, no fetch to device).
+        """
+        del options  # their prefetch-to-device settings have nothing to act on here
+        per_replica = tf.distribute.InputOptions(
+            experimental_fetch_to_device=False,
+            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)
+        return input_util.get_distributed_datasets_from_function(
+            lambda _: dataset, self._input_workers_with_options(per_replica), [self._input_context()],
+            self._container_strategy(), options=per_replica)
 
     @property
     def should_checkpoint(self):

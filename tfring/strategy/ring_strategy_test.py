@@ -10,3 +10,22 @@ def test_replica_device_is_the_local_ranks_gpu_or_the_cpu():
     assert replica_device(1, 3) == "/gpu:0"   # one visible GPU per process (CUDA_VISIBLE_DEVICES)
     assert replica_device(4, 2) == "/gpu:2"   # every GPU visible: the local rank picks
     assert replica_device(4, 5) == "/gpu:1"
+
+
+def test_input_is_iterated_directly_without_a_multi_device_iterator():
+    # A MultiDeviceIterator's background thread could still be inside the dataset's GetNext when Keras
+    # dropped the iterator at the end of an epoch: on TF 2.21, `evaluate` died with SIGSEGV in
+    # MultiDeviceBuffer::BackgroundThread (2 of 2 runs of 300 one-rank evaluates crashed before this
+    # change). One replica per process has no devices to spread over: the dataset's own iterator runs.
+    import tensorflow as tf
+
+    from tfring.strategy.ring_strategy import RingStrategy
+
+    strategy = RingStrategy()
+    dataset = tf.data.Dataset.range(10).batch(4)
+    for distributed in (strategy.experimental_distribute_dataset(dataset),
+                        strategy.distribute_datasets_from_function(lambda ctx: dataset)):
+        iterator = iter(distributed)
+        kinds = {type(worker._iterator).__name__ for worker in iterator._iterators}
+        assert kinds == {"OwnedIterator"}, kinds
+        assert [b.numpy().tolist() for b in iterator] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
