@@ -56,7 +56,7 @@ setup(
     package_data={"tfring.native": [f"cc/core/{room}*.{ext}" for room in CORE_ROOMS for ext in ("h", "cc")]
                   + ["cc/kernels/*.cc", "cc/kernels/*.h", "cc/cuda/*.h", "cc/cuda/*.cuh", "cc/cuda/*.cu"]},
     install_requires=["numpy"],
-    extras_require={"test": ["pytest"], "data": ["tqdm", "Pillow", "pyarrow", "h5py", "tifffile"]},
+    extras_require={"test": ["pytest"], "run": ["cloudpickle"], "data": ["tqdm", "Pillow", "pyarrow", "h5py", "tifffile"]},
     entry_points={"console_scripts": ["tfring=tfring.cli:main"]},
     cmdclass={"build_py": BuildPyWithOps},
 )

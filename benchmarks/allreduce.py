@@ -239,7 +239,7 @@ def parse_results(out):
 
 
 def _run_tfring(transport, repeats):
-    cmd = [sys.executable, "-m", "tfring.run", "-np", "2", sys.executable, HERE, "--worker", "tfring",
+    cmd = [sys.executable, "-m", "tfring", "run", "-np", "2", sys.executable, HERE, "--worker", "tfring",
            "--repeats", str(repeats)]
     return subprocess.run(cmd, capture_output=True, text=True, env=_quiet_env(TFRING_TRANSPORT=transport), timeout=900)
 

@@ -137,7 +137,7 @@ def _result(stdout):
 
 def _run(key):
     if key.startswith("ring"):
-        cmd = [sys.executable, "-m", "tfring.run", "-np", key[-1], sys.executable, HERE, "--worker", "ring"]
+        cmd = [sys.executable, "-m", "tfring", "run", "-np", key[-1], sys.executable, HERE, "--worker", "ring"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=1200)
         return _result(proc.stdout), proc.stderr
     if key == "alone2":

@@ -61,7 +61,7 @@ np.save(os.path.join(out, f"final{strategy.rank}.npy"), np.concatenate([w.ravel(
 def _job(script, mode, out):
     env = dict(os.environ, TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="2", OMP_NUM_THREADS="1",
                TFRING_TIMEOUT="20")
-    return subprocess.Popen([sys.executable, "-m", "tfring.run", "-np", "2", sys.executable, script, mode, out],
+    return subprocess.Popen([sys.executable, "-m", "tfring", "run", "-np", "2", sys.executable, script, mode, out],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             start_new_session=True)
 

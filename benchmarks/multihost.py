@@ -143,7 +143,7 @@ def tfring_argv(hosts, per_host, workloads, repeats, worker="tfring"):
     if worker == "ring":
         exports += ["-x", "TFRING_ALLREDUCE=ring"]
         worker = "tfring"
-    return ([sys.executable, "-m", "tfring.run", "-H", ",".join(f"{h}:{per_host}" for h in hosts.names[:2]),
+    return ([sys.executable, "-m", "tfring", "run", "-H", ",".join(f"{h}:{per_host}" for h in hosts.names[:2]),
              "--rsh", shlex.join(hosts.ssh_command)] + exports + _worker_args(worker, workloads, repeats))
 
 

@@ -57,7 +57,7 @@ def run_mode(args, dense):
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(RANK)
     try:
-        proc = subprocess.run([sys.executable, "-m", "tfring.run", "-np", str(args.np), sys.executable, f.name],
+        proc = subprocess.run([sys.executable, "-m", "tfring", "run", "-np", str(args.np), sys.executable, f.name],
                               env=env, capture_output=True, text=True, timeout=1800)
     finally:
         os.unlink(f.name)

@@ -54,7 +54,7 @@ def _start_victim(tmp_path):
     stop = tmp_path / "stop"
     port = free_port()
     env = dict(os.environ, **QUIET_ENV)
-    proc = subprocess.Popen([sys.executable, "-m", "tfring.run", "-np", "2", sys.executable, str(script), str(stop)],
+    proc = subprocess.Popen([sys.executable, "-m", "tfring", "run", "-np", "2", sys.executable, str(script), str(stop)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     return proc, stop

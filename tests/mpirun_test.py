@@ -44,10 +44,25 @@ def test_mpirun_two_ranks():
     assert sum("Epoch 1/2" in l for l in proc.stdout.splitlines()) == 1, proc.stdout
 
 
-def test_mpirun_without_a_secret_refuses_to_start():
+def _mpi4py_loads():
+    try:
+        from mpi4py import MPI  # noqa: F401
+        return True
+    except (ImportError, RuntimeError):
+        return False
+
+
+def test_mpirun_without_a_secret():
+    # With mpi4py rank 0 hands a fresh secret out over MPI; without it the job refuses to start.
     cmd = ["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
            sys.executable, "-c", SCRIPT]
     env = {k: v for k, v in dict(os.environ, **QUIET_ENV).items() if not k.startswith("TFRING_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode != 0
-    assert "no job secret" in proc.stderr and "mpirun -x TFRING_SECRET" in proc.stderr, proc.stderr[-3000:]
+    if _mpi4py_loads():
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert sorted(l for l in proc.stdout.splitlines() if l.startswith("MPI")) == [
+            "MPI 0 2 2 [3.0, 3.0, 3.0, 3.0, 3.0]", "MPI 1 2 2 [3.0, 3.0, 3.0, 3.0, 3.0]"], proc.stdout
+    else:
+        assert proc.returncode != 0
+        assert "no job secret" in proc.stderr and "mpirun -x TFRING_SECRET" in proc.stderr, proc.stderr[-3000:]
+        assert "install mpi4py" in proc.stderr

@@ -57,7 +57,7 @@ def launcher_argv(hosts, layout, script, env=None, args=()):
     """`tfring run` across `hosts` with `layout` (ranks per host), every variable in `env` exported."""
     hosts_arg = ",".join(f"{name}:{n}" for name, n in zip(hosts.names, layout))
     exports = [arg for k, v in {**QUIET_ENV, **(env or {})}.items() for arg in ("-x", f"{k}={v}")]
-    return ([sys.executable, "-m", "tfring.run", "-H", hosts_arg, "--rsh", " ".join(hosts.ssh_command),
+    return ([sys.executable, "-m", "tfring", "run", "-H", hosts_arg, "--rsh", " ".join(hosts.ssh_command),
              "--all-output"] + exports + list(args) + [sys.executable, script])
 
 
@@ -259,24 +259,47 @@ def test_a_killed_launcher_leaves_no_rank_on_any_host(two_hosts):
     _no_ranks_left(two_hosts)
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None,
-                    reason="mpirun is not installed (apt-get install openmpi-bin; .ci/run does)")
-def test_mpirun_across_hosts_with_a_secret(two_hosts):
+def _mpirun(hosts, env, extra=()):
     from mpirun_test import SCRIPT
 
-    names = two_hosts.names
-    env = {k: v for k, v in {**os.environ, **QUIET_ENV}.items() if not k.startswith("TFRING_")}
-    env["TFRING_SECRET"] = secrets.token_hex(16)
-    env["TFRING_STORE_ADDR"] = f"{two_hosts.addresses[0]}:{29500 + secrets.randbelow(1000)}"
-    exports = [a for k in ["TFRING_SECRET", "TFRING_STORE_ADDR", "PATH", *QUIET_ENV] for a in ("-x", k)]
+    names = hosts.names
+    exports = [a for k in ["PATH", *QUIET_ENV, *extra] for a in ("-x", k)]
     cmd = (["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "4",
-            "--host", f"{names[0]}:2,{names[1]}:2", "--mca", "plm_rsh_agent", " ".join(two_hosts.ssh_command)]
+            "--host", f"{names[0]}:2,{names[1]}:2", "--mca", "plm_rsh_agent", " ".join(hosts.ssh_command)]
            + exports + [sys.executable, "-c", SCRIPT])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("MPI"))
     assert lines == [f"MPI {r} 4 2 [10.0, 10.0, 10.0, 10.0, 10.0]" for r in range(4)], proc.stdout
-    _no_ranks_left(two_hosts)
+    _no_ranks_left(hosts)
+
+
+_NEEDS_MPIRUN = pytest.mark.skipif(shutil.which("mpirun") is None,
+                                   reason="mpirun is not installed (apt-get install openmpi-bin; .ci/run does)")
+
+
+@_NEEDS_MPIRUN
+def test_mpirun_across_hosts_with_a_secret_and_a_store_address(two_hosts):
+    env = {k: v for k, v in {**os.environ, **QUIET_ENV}.items() if not k.startswith("TFRING_")}
+    env["TFRING_SECRET"] = secrets.token_hex(16)
+    env["TFRING_STORE_ADDR"] = f"{two_hosts.addresses[0]}:{29500 + secrets.randbelow(1000)}"
+    _mpirun(two_hosts, env, ["TFRING_SECRET", "TFRING_STORE_ADDR"])
+
+
+@_NEEDS_MPIRUN
+def test_mpirun_across_hosts_finds_rank0_through_a_rendezvous_file(two_hosts, tmp_path):
+    env = {k: v for k, v in {**os.environ, **QUIET_ENV}.items() if not k.startswith("TFRING_")}
+    env["TFRING_SECRET"] = secrets.token_hex(16)
+    env["TFRING_RENDEZVOUS_FILE"] = str(tmp_path / "rendezvous")  # chosen even where mpi4py is installed
+    _mpirun(two_hosts, env, ["TFRING_SECRET", "TFRING_RENDEZVOUS_FILE"])
+    assert not (tmp_path / "rendezvous").exists(), "rank 0 left its rendezvous file behind"
+
+
+@_NEEDS_MPIRUN
+def test_mpirun_across_hosts_with_nothing_set_over_mpi4py(two_hosts):
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (the test requirements install it)")
+    env = {k: v for k, v in {**os.environ, **QUIET_ENV}.items() if not k.startswith("TFRING_")}
+    _mpirun(two_hosts, env)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -43,4 +43,5 @@ def test_the_configuration_table_is_the_schema():
     expected = [["—" if env == "—" else f"`{env}`", f"`{arg}`", meaning, default]
                 for env, arg, meaning, default in settings_table()]
     assert rows[:len(expected)] == expected
-    assert [row[0] for row in rows[len(expected):]] == ["`TFRING_SECRET`", "`TFRING_SECRET_FILE`"]
+    assert [row[0] for row in rows[len(expected):]] == ["`TFRING_SECRET`", "`TFRING_SECRET_FILE`",
+                                                     "`TFRING_RENDEZVOUS_FILE`"]

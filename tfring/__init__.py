@@ -4,7 +4,8 @@
     tfring.init()
     print(tfring.rank(), tfring.size())
 
-Launch several processes with `tfring run -np 4 python train.py` (or mpirun / srun).
+Launch several processes with `tfring run -np 4 python train.py` (or mpirun, srun, a Kubernetes
+operator), or run a function as a job from a notebook with `tfring.run(fn, np=2)`.
 """
 
 from tfring.runtime import init
@@ -21,13 +22,14 @@ from tfring.chief import is_chief
 from tfring.chief import print0
 from tfring.keras_registration import register_when_keras_loads
 from tfring.version import __version__
+from tfring.launch.function_launcher import run
 
 register_when_keras_loads()
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "transport_name", "ops", "RingStrategy", "optimizers", "callbacks", "schedules",
            "data", "scale_learning_rate", "is_chief", "print0", "RankFilter", "broadcast_object",
-           "allgather_object"]
+           "allgather_object", "run"]
 
 
 def __getattr__(name):

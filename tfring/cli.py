@@ -64,6 +64,7 @@ def _run_options(args):
     """The launcher's options from the command line; ValueError names a bad one."""
     import os
 
+    from tfring.launch import allocation
     from tfring.launch import forwarding
     from tfring.launch import hosts
     from tfring.launch import launcher
@@ -76,6 +77,11 @@ def _run_options(args):
     host_list = hosts.parse_host_list(args.hosts) if args.hosts else None
     if args.hostfile:
         host_list = hosts.read_hostfile(args.hostfile)
+    if host_list is None:
+        host_list, source = allocation.allocation_hosts(os.environ)
+        if host_list:
+            listed = ", ".join(f"{h.name}:{h.slots}" for h in host_list)
+            print(f"tfring run: using the hosts of this job's allocation ({source}): {listed}", file=sys.stderr)
     if args.np is None and host_list is None:
         raise ValueError("give -np N (and, for several hosts, -H or --hostfile)")
     return launcher.Options(

@@ -52,7 +52,7 @@ def init(config=None, **options):
     if c.tfring_initialized():
         return
     config = config or Config.resolve(**options)
-    info = _cluster.discover()
+    info = _cluster.find_store(_cluster.discover(), config.rendezvous_timeout)
     err = ctypes.create_string_buffer(4096)
     rc = c.tfring_init(config.record(info).encode(), err, len(err))
     if rc != 0:

@@ -41,7 +41,7 @@ def run_job(num_processes, script, env=None, timeout=300, all_output=True, launc
     full_env = dict(os.environ)
     full_env.update(QUIET_ENV)
     full_env.update(env or {})
-    cmd = [sys.executable, "-m", "tfring.run", "-np", str(num_processes)]
+    cmd = [sys.executable, "-m", "tfring", "run", "-np", str(num_processes)]
     cmd += ["--all-output"] if all_output else []
     cmd += list(launcher_args) + [sys.executable, path]
     try:

@@ -4,7 +4,9 @@
 others (`remote_rank` here, `remote` at the far end), placed by `hosts` (-H, --hostfile), with
 their output routed by `output`, the environment they get on other hosts chosen by `forwarding`,
 the addresses they advertise by `addresses`, and what each host runs compared by `versions`.
-`cluster` is the contract between a launcher (tfring run, mpirun, srun) and a rank: which
-variables describe the job. This package never imports TensorFlow (the launcher must start in
+With no host list, `allocation` reads the hosts of a PBS or LSF job. `cluster` is the contract
+between whatever started a rank (tfring run, mpirun, srun, a Kubernetes operator) and the rank:
+it asks the `engines`, one module each, which variables describe the job, and lets rank 0 of an
+MPI job publish its address. `function_launcher` is `tfring.run(fn)`: a function as a local job. This package never imports TensorFlow (the launcher must start in
 milliseconds, before any rank).
 """

@@ -118,3 +118,23 @@ def free_port(host="127.0.0.1"):
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def default_address():
+    """The address this host advertises when nothing names one: the source of its default route,
+    else its first non-loopback IPv4 address, else loopback.
+
+    Returns:
+        An IPv4 address as text.
+    """
+    routed = route_source("192.0.2.1")  # TEST-NET-1: only the routing table is consulted
+    if routed and not routed.startswith("127."):
+        return routed
+    for _, name in socket.if_nameindex():
+        try:
+            address = interface_address(name)
+        except ValueError:
+            continue
+        if not address.startswith("127."):
+            return address
+    return "127.0.0.1"

@@ -1,27 +1,32 @@
-"""Finds out who this process is in the job: from `tfring run`, OpenMPI, MPICH/PMI or SLURM.
+"""Finds out who this process is in the job, from the variables of the engine that started it.
 
-Without any launcher the job has one rank, and every collective is an identity.
+Engines are asked in order (`ENGINES`), the first that recognises its variables describes the
+job: `tfring run`, OpenMPI, MPICH/PMI, SLURM, the torchrun-style variables (PyTorchJob, JobSet,
+torchrun), TF_CONFIG (TFJob), a Kubernetes Indexed Job. Without any the job has one rank, and
+every collective is an identity. `TFRING_STORE_ADDR` overrides where rank 0's store is.
 """
 
 import dataclasses
 import hashlib
+import importlib.util
 import os
-import re
+import secrets as _secrets
 
-# Set by `tfring run` for each process it starts.
-RANK, SIZE = "TFRING_RANK", "TFRING_SIZE"
-LOCAL_RANK, LOCAL_SIZE = "TFRING_LOCAL_RANK", "TFRING_LOCAL_SIZE"
-STORE_ADDR, SECRET, JOB_ID = "TFRING_STORE_ADDR", "TFRING_SECRET", "TFRING_JOB_ID"
-# The read end of a pipe only `tfring run` writes to: EOF means the launcher is gone.
-LAUNCHER_FD = "TFRING_LAUNCHER_FD"
-# Settings the launcher sets for ranks (declared in tfring.config; config_test checks the names agree).
-ADVERTISE_HOST, HOST_ID, TIMEOUT = "TFRING_HOST", "TFRING_HOST_ID", "TFRING_TIMEOUT"
-# Set by the user for jobs started by other launchers (mpirun, srun): the secret, or a file holding it.
-SECRET_FILE = "TFRING_SECRET_FILE"
+from tfring.launch import addresses
+from tfring.launch.engines import (address_exchange, indexed_job, mpich, openmpi, slurm, tf_config, tfring_run,
+                                   torchrun)
+from tfring.launch.engines.placement import host_port
+from tfring.launch.variables import (ADVERTISE_HOST, HOST_ID, JOB_ID, LAUNCHER_FD, LOCAL_RANK, LOCAL_SIZE,  # noqa: F401
+                                     RANK, RENDEZVOUS_FILE, SECRET, SECRET_FILE, SIZE, STORE_ADDR, TIMEOUT)
+
+# The order engines are asked in: the launcher a user typed wins over the scheduler around it.
+ENGINES = (tfring_run, openmpi, mpich, slurm, torchrun, tf_config, indexed_job)
+# Engines whose ranks can reach each other through MPI (mpi4py) before tfring's store exists.
+_MPI_ENGINES = (openmpi.NAME, mpich.NAME)
 
 NO_SECRET_HELP = """this {launcher} job of {size} ranks has no job secret. Outside `tfring run`, give every rank \
-the same secret in TFRING_SECRET or TFRING_SECRET_FILE (a file only its owner can read); tfring no \
-longer derives one from the launcher's job id, which anyone on the network can guess. For example:
+the same secret in TFRING_SECRET or TFRING_SECRET_FILE (a file only its owner can read){mpi}; tfring \
+does not derive one from the launcher's job id, which anyone on the network can guess. For example:
   export TFRING_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')
   mpirun -x TFRING_SECRET -np {size} python train.py
   srun --export=ALL,TFRING_SECRET -n {size} python train.py"""
@@ -33,10 +38,15 @@ class ClusterInfo:
 
     Args:
         rank, size, local_rank, local_size: position in the job and on this host.
-        store_host, store_port: where rank 0 serves the rendezvous store.
+        store_host, store_port: where rank 0 serves the rendezvous store (None until
+            `find_store` when rank 0 must publish it).
         secret: the job secret that authenticates store and data connections.
         job_id: names this job's shared-memory segments and store keys.
-        launcher: which launcher was found ("tfring", "openmpi", "pmi", "slurm" or "none").
+        launcher: which engine's variables were read ("tfring", "openmpi", "pmi", "slurm",
+            "torchrun", "tf_config", "indexed_job" or "none").
+        exchange: "" when everything is known; "mpi" or "file" when rank 0 still has to publish
+            its store (and, over MPI, maybe a fresh secret): `find_store` does it.
+        job_key: what every rank of the job reads alike (the engine's job id).
     """
 
     rank: int = 0
@@ -48,14 +58,12 @@ class ClusterInfo:
     secret: str = ""
     job_id: str = "single"
     launcher: str = "none"
+    exchange: str = ""
+    job_key: str = ""
 
 
-def _int(environ, name):
-    text = environ[name]
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {text!r}") from None
+def _mpi4py_installed():
+    return importlib.util.find_spec("mpi4py") is not None
 
 
 def _derived_port(job_key):
@@ -64,29 +72,17 @@ def _derived_port(job_key):
     return 20000 + int.from_bytes(digest[:4], "big") % 20000
 
 
-def _first_host(nodelist):
-    """First host of a SLURM node list such as 'gpu[01-04,07],cpu3'."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
-    if not match:
-        return nodelist
-    prefix, ranges = match.groups()
-    if not ranges:
-        return prefix
-    first = ranges.split(",")[0].split("-")[0]
-    return prefix + first
-
-
-def _store_address(environ, job_key, single_host, first_host="127.0.0.1"):
-    if STORE_ADDR in environ:
-        host, _, port = environ[STORE_ADDR].rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"{STORE_ADDR} must look like HOST:PORT, got {environ[STORE_ADDR]!r}")
-        return host, int(port)
-    if not single_host and first_host == "127.0.0.1":
-        raise ValueError(
-            f"tfring cannot tell where rank 0 runs in this multi-host job: set {STORE_ADDR}=HOST:PORT "
-            f"for every rank (e.g. mpirun -x {STORE_ADDR}=node0:29500 ...)")
-    return first_host, _derived_port(job_key)
+def _store(env, placement):
+    """Rank 0's store as (host, port), or None when rank 0 must publish it."""
+    if STORE_ADDR in env:
+        return host_port(env[STORE_ADDR], STORE_ADDR)
+    if placement.store:
+        return placement.store
+    if placement.local_size == placement.size:
+        return "127.0.0.1", _derived_port(placement.job_key)
+    if placement.rank0_host:
+        return placement.rank0_host, _derived_port(placement.job_key)
+    return None
 
 
 def _read_secret_file(path):
@@ -104,31 +100,41 @@ def _read_secret_file(path):
     return secret
 
 
-def _job_secret(env, info):
-    """The secret that authenticates this job's store and data connections.
-
-    `tfring run` makes a fresh one for each job; other launchers must be given one.
-    """
+def _given_secret(env):
+    """The secret the user gave (TFRING_SECRET, then TFRING_SECRET_FILE), or ""."""
     if env.get(SECRET):
         return env[SECRET]
     if env.get(SECRET_FILE):
         return _read_secret_file(env[SECRET_FILE])
-    if info.size > 1 and info.launcher == "tfring":
-        raise ValueError(f"{RANK} is set but neither {SECRET} nor {SECRET_FILE} is: start the job with `tfring run`")
-    if info.size > 1:
-        raise ValueError(NO_SECRET_HELP.format(launcher=info.launcher, size=info.size))
     return ""
 
 
-def discover(environ=None):
-    """Returns the `ClusterInfo` of this process.
+def _exchange(env, info, store):
+    """How rank 0 will publish what the ranks cannot know from the engine ("" when nothing): over
+    MPI when mpi4py is there, unless the user named a rendezvous file (and gave a secret)."""
+    missing_secret = info.size > 1 and not info.secret
+    if store is not None and not missing_secret:
+        return ""
+    if info.launcher in _MPI_ENGINES and _mpi4py_installed() and (missing_secret or not env.get(RENDEZVOUS_FILE)):
+        return "mpi"
+    if missing_secret and info.launcher == "tfring":
+        raise ValueError(f"{RANK} is set but neither {SECRET} nor {SECRET_FILE} is: start the job with `tfring run`")
+    if missing_secret:
+        mpi = ", or install mpi4py so that rank 0 can hand one out" if info.launcher in _MPI_ENGINES else ""
+        raise ValueError(NO_SECRET_HELP.format(launcher=info.launcher, size=info.size, mpi=mpi))
+    return "file"
 
-    Looks for `tfring run`'s variables first, then OpenMPI (`OMPI_COMM_WORLD_*`), MPICH/PMI
-    (`PMI_RANK`, `PMI_SIZE`), then SLURM (`SLURM_PROCID`, `SLURM_NTASKS`).
+
+def discover(environ=None):
+    """Returns the `ClusterInfo` of this process, from the first engine in `ENGINES` that recognises
+    the environment.
+
+    Args:
+        environ: the variables to read; None means `os.environ`.
 
     Raises:
-        ValueError: a launcher variable is malformed, a multi-host job lacks TFRING_STORE_ADDR, or a
-            job of several ranks outside `tfring run` has neither TFRING_SECRET nor TFRING_SECRET_FILE.
+        ValueError: an engine's variable is malformed, or a job of several ranks outside `tfring run`
+            has no secret (TFRING_SECRET, TFRING_SECRET_FILE, or mpi4py under MPI).
 
     Example:
 
@@ -136,49 +142,73 @@ def discover(environ=None):
     1
     """
     env = os.environ if environ is None else environ
-    if RANK in env:
-        info = ClusterInfo(rank=_int(env, RANK), size=_int(env, SIZE),
-                           local_rank=_int(env, LOCAL_RANK) if LOCAL_RANK in env else 0,
-                           local_size=_int(env, LOCAL_SIZE) if LOCAL_SIZE in env else 1,
-                           launcher="tfring")
-        if info.size > 1 and STORE_ADDR not in env:
-            raise ValueError(f"{RANK} is set but {STORE_ADDR} is not: start the job with `tfring run`")
-        job_key = env.get(JOB_ID, "tfring")
-        single = True
-        first = "127.0.0.1"
-    elif "OMPI_COMM_WORLD_RANK" in env:
-        info = ClusterInfo(rank=_int(env, "OMPI_COMM_WORLD_RANK"), size=_int(env, "OMPI_COMM_WORLD_SIZE"),
-                           local_rank=_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"),
-                           local_size=_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"), launcher="openmpi")
-        job_key = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_orte_ess_jobid", "ompi")
-        single = info.local_size == info.size
-        first = "127.0.0.1"
-    elif "PMI_RANK" in env and "PMI_SIZE" in env:
-        info = ClusterInfo(rank=_int(env, "PMI_RANK"), size=_int(env, "PMI_SIZE"),
-                           local_rank=_int(env, "MPI_LOCALRANKID") if "MPI_LOCALRANKID" in env else 0,
-                           local_size=_int(env, "MPI_LOCALNRANKS") if "MPI_LOCALNRANKS" in env else 1,
-                           launcher="pmi")
-        job_key = env.get("PMI_KVSNAME") or env.get("PMIX_NAMESPACE") or "pmi"
-        single = info.local_size == info.size
-        first = "127.0.0.1"
-    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        info = ClusterInfo(rank=_int(env, "SLURM_PROCID"), size=_int(env, "SLURM_NTASKS"),
-                           local_rank=_int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0,
-                           launcher="slurm")
-        per_node = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_STEP_TASKS_PER_NODE", "1")
-        info.local_size = int(re.match(r"\d+", per_node).group(0)) if re.match(r"\d+", per_node) else 1
-        job_key = env.get("SLURM_JOB_ID", "slurm") + "." + env.get("SLURM_STEP_ID", "0")
-        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "127.0.0.1"
-        single = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1"))) == 1
-        first = "127.0.0.1" if single else _first_host(nodes)
-    else:
+    engine = next((e for e in ENGINES if e.detect(env)), None)
+    if engine is None:
         return ClusterInfo()
+    p = engine.read(env)
+    if not 0 <= p.rank < p.size:
+        raise ValueError(f"rank {p.rank} is outside [0, {p.size}) ({p.engine} variables)")
+    info = ClusterInfo(rank=p.rank, size=p.size, local_rank=p.local_rank, local_size=p.local_size,
+                       launcher=p.engine, job_key=p.job_key, secret=_given_secret(env))
+    if info.size == 1:
+        return _with_job_id(env, info)
+    store = _store(env, p)
+    info.exchange = _exchange(env, info, store)
+    info.store_host, info.store_port = store or (None, 0)
+    return info if info.exchange else _with_job_id(env, info)
 
-    if not 0 <= info.rank < info.size:
-        raise ValueError(f"rank {info.rank} is outside [0, {info.size}) ({info.launcher} variables)")
-    info.secret = _job_secret(env, info)
-    if info.size > 1:
-        info.store_host, info.store_port = _store_address(env, job_key, single, first)
+
+def _with_job_id(env, info):
     # Names this job's shared-memory segments: unguessable, since it depends on the secret.
-    info.job_id = env.get(JOB_ID) or hashlib.sha256(f"{job_key}|{info.secret}".encode()).hexdigest()[:12]
+    info.job_id = env.get(JOB_ID) or hashlib.sha256(f"{info.job_key}|{info.secret}".encode()).hexdigest()[:12]
     return info
+
+
+def _rank0_offer(env, info):
+    """What rank 0 publishes: its store (the known one, or a free port on its advertised address) and the secret."""
+    if info.store_host is not None:
+        host, port = info.store_host, info.store_port
+    else:
+        host = env.get(ADVERTISE_HOST) or addresses.default_address()
+        port = addresses.free_port("")
+    return host, port, info.secret or _secrets.token_hex(32)
+
+
+def find_store(info, timeout, environ=None):
+    """Completes `info` where rank 0 must publish its store address (MPI across hosts) or a secret.
+
+    Over MPI (mpi4py installed) rank 0 broadcasts both; else it writes its address to a file in the
+    shared working directory (see `engines.address_exchange`) and the others wait for it.
+
+    Args:
+        info: what `discover` returned.
+        timeout: seconds the other ranks wait for rank 0's file.
+        environ: the variables to read; None means `os.environ`.
+
+    Returns:
+        `info`, with the store address, secret and job id filled in.
+
+    Raises:
+        TimeoutError: rank 0's file did not appear in time.
+        ValueError: the file cannot be written.
+    """
+    env = os.environ if environ is None else environ
+    if not info.exchange:
+        return info
+    world = address_exchange.mpi_world(info.size) if info.exchange == "mpi" else None
+    if world is not None:
+        offer = _rank0_offer(env, info) if info.rank == 0 else None
+        info.store_host, info.store_port, info.secret = address_exchange.broadcast(world, info.rank, offer)
+    elif not info.secret:
+        raise ValueError(f"mpi4py is installed but cannot load an MPI that spans the {info.size} ranks of "
+                         f"this {info.launcher} job (is it built for another MPI?), and no secret is set: "
+                         + NO_SECRET_HELP.format(launcher=info.launcher, size=info.size, mpi=""))
+    elif info.store_host is None:
+        path = address_exchange.file_path(env, info.job_key)
+        if info.rank == 0:
+            info.store_host, info.store_port, _ = _rank0_offer(env, info)
+            address_exchange.write_file(path, info.store_host, info.store_port, info.secret)
+        else:
+            info.store_host, info.store_port = address_exchange.read_file(path, info.secret, timeout)
+    info.exchange = ""
+    return _with_job_id(env, info)

@@ -3,6 +3,12 @@ import pytest
 from tfring.launch import cluster
 
 
+@pytest.fixture(autouse=True)
+def no_mpi4py(monkeypatch):
+    """Discovery as on a machine without mpi4py, unless a test says otherwise."""
+    monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: False)
+
+
 def test_no_launcher_is_one_rank():
     info = cluster.discover({})
     assert (info.rank, info.size, info.launcher) == (0, 1, "none")
@@ -26,13 +32,23 @@ def test_openmpi_single_host_derives_the_same_store_on_every_rank():
     assert a.store_host == "127.0.0.1" and 20000 <= a.store_port < 40000
 
 
-def test_openmpi_multi_host_needs_store_address():
-    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "TFRING_SECRET": "s"}
-    with pytest.raises(ValueError, match="TFRING_STORE_ADDR"):
-        cluster.discover(env)
-    info = cluster.discover(dict(env, TFRING_STORE_ADDR="node0:29500"))
-    assert (info.store_host, info.store_port) == ("node0", 29500)
+MPI_4 = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+         "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "TFRING_SECRET": "s", "OMPI_MCA_ess_base_jobid": "77"}
+
+
+def test_openmpi_across_hosts_publishes_rank0s_address_in_a_file_without_mpi4py():
+    info = cluster.discover(MPI_4)
+    assert (info.exchange, info.store_host) == ("file", None)
+    info = cluster.discover(dict(MPI_4, TFRING_STORE_ADDR="node0:29500"))
+    assert (info.exchange, info.store_host, info.store_port) == ("", "node0", 29500)
+
+
+def test_openmpi_with_mpi4py_publishes_over_mpi_and_needs_no_secret(monkeypatch):
+    monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: True)
+    assert cluster.discover(MPI_4).exchange == "mpi"
+    one_host = {k: v for k, v in MPI_RANK0.items()}  # no secret, one host: MPI hands out the secret
+    info = cluster.discover(one_host)
+    assert (info.exchange, info.store_host, info.secret) == ("mpi", "127.0.0.1", "")
 
 
 def test_pmi_variables():
@@ -42,10 +58,31 @@ def test_pmi_variables():
 
 
 def test_slurm_multi_node_uses_first_node():
-    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2",
-           "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2", "SLURM_JOB_ID": "99", "TFRING_SECRET": "s"}
+    env = {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+           "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "99",
+           "SLURM_STEP_ID": "0", "TFRING_SECRET": "s"}
     info = cluster.discover(env)
     assert (info.launcher, info.rank, info.local_rank, info.local_size, info.store_host) == ("slurm", 3, 1, 2, "gpu07")
+    other_step = cluster.discover(dict(env, SLURM_STEP_ID="1"))
+    assert 20000 <= info.store_port < 40000 and other_step.store_port != info.store_port
+
+
+def test_slurm_one_node_and_uneven_nodes():
+    env = {"SLURM_PROCID": "2", "SLURM_STEP_NUM_TASKS": "3", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+           "SLURM_STEP_TASKS_PER_NODE": "2,1", "SLURM_STEP_NODELIST": "a,b", "SLURM_JOB_ID": "5",
+           "SLURM_STEP_ID": "0", "TFRING_SECRET": "s"}
+    assert cluster.discover(env).local_size == 1
+    one = dict(env, SLURM_STEP_TASKS_PER_NODE="3", SLURM_STEP_NODELIST="a", SLURM_NODEID="0", SLURM_LOCALID="2")
+    info = cluster.discover(one)
+    assert (info.local_size, info.store_host) == (3, "127.0.0.1")
+    with pytest.raises(ValueError, match="does not match the 2 nodes"):
+        cluster.discover(dict(env, SLURM_STEP_TASKS_PER_NODE="3"))
+
+
+def test_an_sbatch_script_outside_srun_is_one_process():
+    # The batch script sees the allocation's SLURM_NTASKS but is a single process, not rank 0 of N.
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "a[1-2]"}
+    assert (cluster.discover(env).size, cluster.discover(env).launcher) == (1, "none")
 
 
 @pytest.mark.parametrize("env,needle", [
@@ -67,7 +104,9 @@ MPI_RANK0 = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COM
 @pytest.mark.parametrize("env", [
     MPI_RANK0,
     {"PMI_RANK": "0", "PMI_SIZE": "2", "PMI_KVSNAME": "kvs_1"},
-    {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "99", "SLURM_NNODES": "1"},
+    {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "99", "SLURM_STEP_ID": "0",
+     "SLURM_STEP_NODELIST": "a", "SLURM_STEP_TASKS_PER_NODE": "2"},
+    {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "1234"},
 ])
 def test_a_job_outside_tfring_run_needs_a_secret(env):
     # The secret used to be derived from the launcher's job id, which anyone can enumerate.

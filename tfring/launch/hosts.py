@@ -39,7 +39,8 @@ class Slot:
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$")  # no leading "-": ssh would read an option
 
 
-def _host(name, slots_text, where):
+def make_host(name, slots_text, where):
+    """A `Host` from text; ValueError names `where` (an option, a file and line, a variable)."""
     if not name or not _NAME.match(name):
         raise ValueError(f"{where}: {name!r} is not a host name")
     try:
@@ -71,12 +72,15 @@ def parse_host_list(text):
     hosts = []
     for entry in text.split(","):
         name, _, slots = entry.strip().partition(":")
-        hosts.append(_host(name, slots or "1", "-H"))
-    return _no_duplicates(hosts, "-H")
+        hosts.append(make_host(name, slots or "1", "-H"))
+    return no_duplicates(hosts, "-H")
 
 
 def read_hostfile(path):
     """Reads a hostfile as OpenMPI and Horovod write it: `host slots=N` or `host:N` per line, `#` comments.
+
+    A host named alone on several lines has one slot per line (PBS's `$PBS_NODEFILE` lists each
+    host once per slot, as OpenMPI reads it).
 
     Args:
         path: the file.
@@ -85,8 +89,8 @@ def read_hostfile(path):
         A list of `Host`, in file order.
 
     Raises:
-        ValueError: an unreadable file, a line that is neither form, a bad slot count, a host named
-            twice, or no host at all (the message names the file and line).
+        ValueError: an unreadable file, a line that is neither form, a bad slot count, a host given
+            slots and named again, or no host at all (the message names the file and line).
 
     Example:
 
@@ -98,14 +102,30 @@ def read_hostfile(path):
             lines = f.read().splitlines()
     except OSError as e:
         raise ValueError(f"--hostfile: cannot read {path!r}: {e.strerror}") from None
-    hosts = []
+    hosts, bare = [], []
     for number, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
         if words:
             hosts.append(_hostfile_entry(words, f"{path}:{number}"))
+            bare.append(len(words) == 1 and ":" not in words[0])
     if not hosts:
         raise ValueError(f"--hostfile {path!r} names no host")
-    return _no_duplicates(hosts, path)
+    return no_duplicates(_add_up_bare_repeats(hosts, bare), path)
+
+
+def _add_up_bare_repeats(hosts, bare):
+    """Merges the lines of a host named alone on each (one slot per line) into one `Host`; a host
+    given slots stays as it is (named again, `_no_duplicates` refuses it)."""
+    with_slots = {h.name for h, b in zip(hosts, bare) if not b}
+    result, index = [], {}
+    for host, is_bare in zip(hosts, bare):
+        if is_bare and host.name not in with_slots and host.name in index:
+            k = index[host.name]
+            result[k] = Host(host.name, result[k].slots + 1)
+        else:
+            index.setdefault(host.name, len(result))
+            result.append(host)
+    return result
 
 
 def _hostfile_entry(words, where):
@@ -118,10 +138,11 @@ def _hostfile_entry(words, where):
             slots = value if key == "slots" else slots
         else:
             raise ValueError(f"{where}: expected 'host slots=N' or 'host:N', got {' '.join(words)!r}")
-    return _host(name, slots, where)
+    return make_host(name, slots, where)
 
 
-def _no_duplicates(hosts, where):
+def no_duplicates(hosts, where):
+    """`hosts` when no name repeats; ValueError names the repeated host and `where`."""
     seen = set()
     for host in hosts:
         if host.name in seen:

@@ -13,7 +13,7 @@ from tfring.launch import launcher
 
 
 def _run(args, timeout=60, **kw):
-    return subprocess.run([sys.executable, "-m", "tfring.run"] + args, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tfring", "run"] + args, capture_output=True, text=True,
                           timeout=timeout, **kw)
 
 
@@ -81,7 +81,7 @@ SIGINT_HANDLER = ("import signal, sys, time\n"
 
 def check_sigint_reaches_every_rank(launcher_args, env=None):
     """Starts two ranks that print 'ready', sends SIGINT to `tfring run`, and checks both got it."""
-    p = subprocess.Popen([sys.executable, "-m", "tfring.run"] + launcher_args + ["--all-output", sys.executable,
+    p = subprocess.Popen([sys.executable, "-m", "tfring", "run"] + launcher_args + ["--all-output", sys.executable,
                           "-c", SIGINT_HANDLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen = 0
     while seen < 2:
@@ -158,7 +158,7 @@ def test_ranks_die_with_a_killed_launcher(wrapped):
     command = [sys.executable, "-c", code]
     if wrapped:
         command = ["sh", "-c", shlex.join(command) + "; true"]
-    launcher_proc = subprocess.Popen([sys.executable, "-m", "tfring.run", "-np", "2", "--all-output"] + command,
+    launcher_proc = subprocess.Popen([sys.executable, "-m", "tfring", "run", "-np", "2", "--all-output"] + command,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                      start_new_session=True)
     pids = []

@@ -32,7 +32,7 @@ def _rsh(tmp_path, body):
 
 def _launch(args, timeout=90, env=None, **kw):
     full_env = {**os.environ, "PYTHONPATH": TFRING_ROOT, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "tfring.run"] + args, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tfring", "run"] + args, capture_output=True, text=True,
                           timeout=timeout, env=full_env, **kw)
 
 
@@ -129,7 +129,7 @@ def test_bad_launch_options_are_refused(tmp_path):
 
 def test_ctrl_c_while_a_host_does_not_answer_stops_the_start(tmp_path):
     rsh = _rsh(tmp_path, '[ "$host" = slow ] && exec sleep 60\nexec sh -c "$command"')
-    p = subprocess.Popen([sys.executable, "-m", "tfring.run", "-H", "fast:1,slow:1", "--rsh", rsh,
+    p = subprocess.Popen([sys.executable, "-m", "tfring", "run", "-H", "fast:1,slow:1", "--rsh", rsh,
                           sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": TFRING_ROOT})
     time.sleep(3)
@@ -144,7 +144,7 @@ def test_ctrl_c_while_a_host_does_not_answer_stops_the_start(tmp_path):
 def test_ranks_that_ignore_a_forwarded_sigint_are_killed_after_the_grace(tmp_path):
     rsh = _rsh(tmp_path, 'exec sh -c "$command"')
     code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
-    p = subprocess.Popen([sys.executable, "-m", "tfring.run", "-H", "a:1,b:1", "--rsh", rsh, "--all-output",
+    p = subprocess.Popen([sys.executable, "-m", "tfring", "run", "-H", "a:1,b:1", "--rsh", rsh, "--all-output",
                           sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONPATH": TFRING_ROOT})
     seen = 0
