@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/allgather_ring.h"
+#include "algorithms/allreduce_gathered.h"
 #include "algorithms/allreduce_hierarchical.h"
 #include "algorithms/allreduce_ring.h"
 #include "algorithms/broadcast_ring.h"
@@ -69,28 +70,7 @@ void Engine::loop() {
 void Engine::execute(Request& r) {
   const Deadline deadline = Deadline::after(config_.collectiveTimeout);
   try {
-    if (config_.size > 1) {
-      checkRanksAgree(world(), config_.rank, config_.size, r, config_.fusionThresholdBytes, deadline);
-    }
-    if (r.staged) {
-      staged(r, deadline);
-      r.done(Status());
-      return;
-    }
-    switch (r.kind) {
-      case OpKind::kAllreduce:
-        allreduce(r, deadline);
-        break;
-      case OpKind::kBroadcast:
-        broadcast(r, deadline);
-        break;
-      case OpKind::kAllgather:
-        allgather(r, deadline);
-        break;
-      case OpKind::kBarrier:
-        ringBarrier(world(), config_.size, deadline);
-        break;
-    }
+    run(r, deadline);
     r.done(Status());
   } catch (const PeerError& e) {
     r.done(fail(std::string("tfring.") + kindName(r.kind) + " '" + r.name + "' failed on rank " +
@@ -101,6 +81,58 @@ void Engine::execute(Request& r) {
   } catch (const std::exception& e) {
     r.done(Status::error(Code::kInternal, e.what()));
   }
+}
+
+void Engine::run(Request& r, Deadline d) {
+  if (r.staged) {
+    agree(r, d);
+    return staged(r, d);
+  }
+  switch (r.kind) {
+    case OpKind::kAllreduce:
+      if (gathers(r)) return allreduceGathered(r, d);
+      agree(r, d);
+      return allreduce(r, d);
+    case OpKind::kBroadcast:
+      agree(r, d);
+      return broadcast(r, d);
+    case OpKind::kAllgather:
+      return allgather(r, d);  // its check carries every rank's first dimension
+    case OpKind::kBarrier:
+      agree(r, d);  // the check is a ring allgather: no rank leaves it before every rank entered
+      return;
+  }
+}
+
+std::vector<FramedBlock> Engine::agree(const Request& r, Deadline d, const IoList& payload) {
+  if (config_.size == 1) return {};
+  return checkRanksAgree(world(), config_.size, r, config_.fusionThresholdBytes, d, payload);
+}
+
+bool Engine::gathers(const Request& r) const {
+  size_t bytes = 0;
+  for (const auto& t : r.tensors) bytes += t.bytes;
+  return gathersAllreduce(bytes, config_.size);
+}
+
+void Engine::allreduceGathered(Request& r, Deadline d) {
+  std::vector<uint8_t> mine;  // packed, also because an output may be its own input
+  IoList out;
+  for (const auto& t : r.tensors) {
+    mine.insert(mine.end(), static_cast<const uint8_t*>(t.in), static_cast<const uint8_t*>(t.in) + t.bytes);
+    out.push_back({t.out, t.bytes});
+  }
+  auto blocks = agree(r, d, {{mine.data(), mine.size()}});
+  std::vector<const uint8_t*> inputs(config_.size, mine.data());
+  for (int k = 0; k < config_.size; ++k) {
+    if (k == config_.rank) continue;
+    if (blocks[k].payload.size() != mine.size()) {
+      throw PeerError(k, "rank " + std::to_string(k) + " sent " + std::to_string(blocks[k].payload.size()) +
+                             " bytes for a request that it described as ours (" + std::to_string(mine.size()) + ")");
+    }
+    inputs[k] = blocks[k].payload.data();
+  }
+  reduceInRankOrder(inputs, out, r.type, r.op);
 }
 
 void Engine::allreduce(Request& r, Deadline d) {
@@ -144,11 +176,16 @@ void Engine::staged(Request& r, Deadline d) {
 
 void Engine::allgather(Request& r, Deadline d) {
   const TensorRef& t = r.tensors.at(0);
-  const int64_t first = t.shape.empty() ? 1 : t.shape[0];
-  std::vector<int64_t> dims(config_.size, 0);
-  dims[config_.rank] = first;
-  ringAllgather(world(), config_.size, {{dims.data(), dims.size() * sizeof(int64_t)}},
-                std::vector<size_t>(config_.size, sizeof(int64_t)), d);
+  int64_t first = t.shape.empty() ? 1 : t.shape[0];
+  auto gathered = agree(r, d, {{&first, sizeof(first)}});
+  std::vector<int64_t> dims(config_.size, first);
+  for (int k = 0; k < config_.size; ++k) {
+    if (k == config_.rank) continue;
+    if (gathered[k].payload.size() != sizeof(int64_t)) {
+      throw PeerError(k, "rank " + std::to_string(k) + " sent no first dimension for an allgather");
+    }
+    std::memcpy(&dims[k], gathered[k].payload.data(), sizeof(int64_t));
+  }
   // Rows have the same size on every rank (validated above), computed from the trailing
   // dimensions so that a rank with zero rows agrees too.
   size_t rowBytes = dataTypeSize(r.type);

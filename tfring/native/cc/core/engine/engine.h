@@ -4,7 +4,9 @@
 //
 // Before moving data, each collective exchanges a digest of what every rank passed
 // (request_digest.h): ranks that disagree all fail that one collective with kInvalidArgument
-// naming the tensor and the shapes, and stay usable. A grouped allreduce is cut into fused passes
+// naming the tensor and the shapes, and stay usable. The same exchange carries a small
+// allreduce's data (allreduce_gathered.h), an allgather's first dimensions, and is the barrier.
+// A grouped allreduce is cut into fused passes
 // (fusion_plan.h). A peer that dies or stalls fails the collective with kUnavailable naming the
 // rank, and from then on every pending and future collective fails at once: the ring cannot heal,
 // and waiting would only hang.
@@ -18,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/allgather_framed.h"
 #include "common.h"
 #include "config.h"
 #include "engine/request.h"
@@ -41,6 +44,12 @@ class Engine {
  private:
   void loop();
   void execute(Request& r);
+  void run(Request& r, Deadline d);
+  // The cross-rank check of `r` (request_digest.h), carrying `payload` to every rank.
+  std::vector<FramedBlock> agree(const Request& r, Deadline d, const IoList& payload = {});
+  // Small allreduces gather every rank's input and reduce it locally (allreduce_gathered.h).
+  bool gathers(const Request& r) const;
+  void allreduceGathered(Request& r, Deadline d);
   Transport* world() const { return rings_.world.get(); }
   void allreduce(Request& r, Deadline d);
   // One allreduce pass, over the world ring or hierarchically (transport/rings.h).

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "algorithms/allgather_ring.h"
+#include "algorithms/allreduce_gathered.h"
 #include "engine/fusion_plan.h"
 #include "rendezvous/hmac.h"
 
@@ -91,19 +92,19 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
 std::string describeRequest(const Request& r, size_t fusionThresholdBytes) {
   // The last line is how this rank cuts a list into passes: agreed at init, checked again here.
   return join(describeLines(r)) + "passes: fusion_threshold_bytes=" + std::to_string(fusionThresholdBytes) +
-         " pack_below=" + std::to_string(kPackBelow) + "\n";
+         " pack_below=" + std::to_string(kPackBelow) +
+         " gathered_budget=" + std::to_string(kGatheredAllreduceBudget) + "\n";
 }
 
-void checkRanksAgree(Transport* transport, int rank, int size, const Request& r, size_t fusionThresholdBytes,
-                     Deadline deadline) {
+std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const Request& r,
+                                         size_t fusionThresholdBytes, Deadline deadline, const IoList& payload) {
   const std::string mine = describeRequest(r, fusionThresholdBytes);
-  std::vector<Digest> digests(size);
-  digests[rank] = sha256(mine.data(), mine.size());
-  ringAllgather(transport, size, {{digests.data(), digests.size() * sizeof(Digest)}},
-                std::vector<size_t>(size, sizeof(Digest)), deadline);
+  const Digest digest = sha256(mine.data(), mine.size());
+  auto blocks = ringAllgatherFramed(transport, size, std::vector<uint8_t>(digest.begin(), digest.end()), payload,
+                                    kGatheredAllreduceBudget, deadline);
   bool same = true;
-  for (const auto& dg : digests) same = same && dg == digests[0];
-  if (same) return;
+  for (const auto& b : blocks) same = same && b.tag == blocks[0].tag;
+  if (same) return blocks;
   auto all = allgatherStrings(transport, size, mine + "name: " + r.name + "\n", deadline);
   throw Error(Code::kInvalidArgument, mismatchMessage(r, all));
 }

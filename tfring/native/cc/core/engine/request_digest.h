@@ -2,7 +2,8 @@
 //
 // Each rank describes its request in a few lines (kind, dtype, reduce op, root, tensor count and
 // shapes, and how lists are cut into fusion passes), and the ranks allgather a SHA-256 of it:
-// 32 bytes per rank around the ring, whatever the tensors' size. Only when the digests differ
+// 32 bytes per rank around the ring, whatever the tensors' size, plus what a small collective
+// needs from every rank (its whole input, or an allgather's first dimension). Only when the digests differ
 // do they exchange the descriptions themselves, so the error can name the tensor and both shapes.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/allgather_framed.h"
 #include "common.h"
 #include "engine/request.h"
 #include "transport/transport.h"
@@ -25,8 +27,10 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
 
 // Throws Error(kInvalidArgument) naming the first difference when the ranks passed different
 // requests. Every rank sees the same digests and takes the same path, so the ring stays in step
-// and stays usable for the next collective.
-void checkRanksAgree(Transport* transport, int rank, int size, const Request& r, size_t fusionThresholdBytes,
-                     Deadline deadline);
+// and stays usable for the next collective. The exchange is a ring allgather, so it is also a
+// barrier, and it carries each rank's `payload` (at most kGatheredAllreduceBudget bytes) to every
+// rank: returns the blocks in rank order, our own payload left out.
+std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const Request& r,
+                                         size_t fusionThresholdBytes, Deadline deadline, const IoList& payload = {});
 
 }  // namespace tfring

@@ -32,22 +32,6 @@ void withRings(int hosts, int perHost, const std::string& algorithm,
 
 std::vector<std::string> machines(std::initializer_list<const char*> names) { return {names.begin(), names.end()}; }
 
-const DataType kTypes[] = {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                           DataType::kFloat64, DataType::kInt32,    DataType::kInt64};
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-
-// The element that differs from the expected value, or "" when all match.
-std::string mismatch(const std::vector<uint8_t>& got, int size, size_t count, DataType type, ReduceOp op) {
-  for (size_t i = 0; i < count; ++i) {
-    const double g = getElem(got.data(), i, type), want = expectedValue(size, i, op, type);
-    if (std::fabs(g - want) > tolerance(type) * std::max(1.0, std::fabs(want))) {
-      return std::string(dataTypeName(type)) + " " + reduceOpName(op) + " count " + std::to_string(count) +
-             " index " + std::to_string(i) + ": got " + std::to_string(g) + " want " + std::to_string(want);
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(host_layout_reads_hosts_and_ranks_per_host) {

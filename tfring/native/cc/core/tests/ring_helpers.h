@@ -156,4 +156,24 @@ inline double tolerance(tfring::DataType t) {
   return 1e-12;
 }
 
+inline const tfring::DataType kTypes[] = {tfring::DataType::kFloat16, tfring::DataType::kBFloat16,
+                                          tfring::DataType::kFloat32, tfring::DataType::kFloat64,
+                                          tfring::DataType::kInt32,   tfring::DataType::kInt64};
+inline const tfring::ReduceOp kOps[] = {tfring::ReduceOp::kSum, tfring::ReduceOp::kMean, tfring::ReduceOp::kMin,
+                                        tfring::ReduceOp::kMax, tfring::ReduceOp::kProduct};
+
+// The element that differs from the expected value, or "" when all match.
+inline std::string mismatch(const std::vector<uint8_t>& got, int size, size_t count, tfring::DataType type,
+                            tfring::ReduceOp op) {
+  for (size_t i = 0; i < count; ++i) {
+    const double g = getElem(got.data(), i, type), want = expectedValue(size, i, op, type);
+    if (std::fabs(g - want) > tolerance(type) * std::max(1.0, std::fabs(want))) {
+      return std::string(tfring::dataTypeName(type)) + " " + tfring::reduceOpName(op) + " count " +
+             std::to_string(count) + " index " + std::to_string(i) + ": got " + std::to_string(g) + " want " +
+             std::to_string(want);
+    }
+  }
+  return "";
+}
+
 }  // namespace tfring_test

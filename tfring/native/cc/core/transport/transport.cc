@@ -61,7 +61,17 @@ void IovCursor::advance(size_t n) {
 }
 
 RecvCursor::RecvCursor(const RecvTarget& target, std::vector<uint8_t>* bounce)
-    : target_(target), bounce_(bounce), into_(target.into) {}
+    : target_(target), bounce_(bounce), pieces_(target.into), into_(pieces_), total_(target.bytes) {
+  askForMore();
+}
+
+void RecvCursor::askForMore() {
+  if (!target_.more || asked_ || committed_ < total_) return;
+  asked_ = true;
+  IoList rest = target_.more(static_cast<const uint8_t*>(pieces_.empty() ? nullptr : pieces_[0].iov_base));
+  pieces_.insert(pieces_.end(), rest.begin(), rest.end());
+  total_ += totalBytes(rest);
+}
 
 IoList RecvCursor::next(size_t maxBytes, size_t maxIov) {
   maxBytes = std::min(maxBytes, remaining());
@@ -76,6 +86,7 @@ void RecvCursor::commit(size_t n) {
   committed_ += n;
   if (!target_.consume) {
     into_.advance(n);
+    askForMore();
     return;
   }
   filled_ += n;

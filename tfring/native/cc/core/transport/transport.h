@@ -43,19 +43,28 @@ class IovCursor {
 // for each piece as it arrives: offset counts from the start of the message, len is a multiple of
 // `unit` (the element size) so a reduction never sees half an element. This is how a reduction
 // overlaps with the transfer of later pieces.
+//
+// A message whose length the sender decides (a framed message: a fixed-size header that says how
+// long the rest is) sets `more` instead of `consume`: `into` then receives the `bytes`-long header,
+// which must land in into[0], and once it is in, `more(header)` returns where the rest goes (an
+// empty list when nothing follows). Links only ever read up to what the cursor still expects, so
+// the header is read before a byte of what follows it.
 struct RecvTarget {
   IoList into;
   size_t bytes = 0;
   size_t unit = 1;
   std::function<void(const uint8_t* data, size_t offset, size_t len)> consume;
+  std::function<IoList(const uint8_t* header)> more;
 };
 
 // Turns raw incoming bytes into RecvTarget deliveries; shared by the transports.
 class RecvCursor {
  public:
   RecvCursor(const RecvTarget& target, std::vector<uint8_t>* bounce);
-  bool done() const { return committed_ == target_.bytes; }
-  size_t remaining() const { return target_.bytes - committed_; }
+  RecvCursor(const RecvCursor&) = delete;  // into_ points at our own list
+  RecvCursor& operator=(const RecvCursor&) = delete;
+  bool done() const { return committed_ == total_; }
+  size_t remaining() const { return total_ - committed_; }
   // Where the next (at most maxBytes) bytes should be written.
   IoList next(size_t maxBytes, size_t maxIov = 1024);
   // `n` bytes were written into the pieces last returned by next().
@@ -64,9 +73,15 @@ class RecvCursor {
   void write(const void* src, size_t n);
 
  private:
+  // Calls target_.more once the header is in (framed messages only).
+  void askForMore();
+
   const RecvTarget& target_;
   std::vector<uint8_t>* bounce_;
+  IoList pieces_;          // target_.into, then what target_.more added
   IovCursor into_;
+  size_t total_;           // bytes expected: target_.bytes, plus what more() added
+  bool asked_ = false;     // more() has run
   size_t committed_ = 0;   // bytes received
   size_t filled_ = 0;      // bytes sitting in the bounce buffer, not yet delivered
   size_t delivered_ = 0;   // bytes handed to consume
