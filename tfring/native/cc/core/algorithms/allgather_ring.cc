@@ -45,10 +45,4 @@ std::vector<std::string> allgatherStrings(Transport* t, int size, const std::str
   return out;
 }
 
-void ringBarrier(Transport* t, int size, Deadline deadline) {
-  if (size == 1) return;
-  std::vector<uint8_t> token(size, 1);
-  ringAllgather(t, size, {{token.data(), token.size()}}, std::vector<size_t>(size, 1), deadline);
-}
-
 }  // namespace tfring

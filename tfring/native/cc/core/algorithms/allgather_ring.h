@@ -1,4 +1,4 @@
-// Ring allgather with a block per rank (blocks may differ in size), and a barrier built on it.
+// Ring allgather with a block per rank (blocks may differ in size).
 // In P-1 steps each rank passes the block it received last to its right neighbour, so every
 // block travels once around the ring: (P-1)/P of the output crosses each link.
 #pragma once
@@ -19,8 +19,5 @@ void ringAllgather(Transport* transport, int size, const IoList& out,
 // Every rank's `mine` (any length), in rank order.
 std::vector<std::string> allgatherStrings(Transport* transport, int size, const std::string& mine,
                                           Deadline deadline);
-
-// Returns once every rank has entered.
-void ringBarrier(Transport* transport, int size, Deadline deadline);
 
 }  // namespace tfring

@@ -20,7 +20,8 @@ namespace tfring {
 // What a rank may receive for a gathered allreduce: (P-1) blocks of N bytes. Against the ring's
 // 2(P-1)/P*N bytes in 2(P-1) steps (plus the check's P-1), gathering saves 2(P-1) steps and costs
 // (P-2)/P*N more bytes per link: worth it below N ~ 2*step latency*link rate/(1-2/P), about 25 KB
-// for 4 ranks on a 1 Gbit/s link with 50 us steps (more on faster links, any N for 2 ranks).
+// for 4 ranks on a 1 Gbit/s link with 50 us steps (more on faster links, any N for 2 ranks). The
+// budget gives 96 KiB for 2 ranks, 32 KiB for 4, 6 KiB for 16.
 constexpr size_t kGatheredAllreduceBudget = 96 << 10;
 
 // Whether an allreduce of `bytes` (all tensors of the request) over `size` ranks is gathered.

@@ -27,6 +27,7 @@ std::vector<std::string> describeLines(const Request& r) {
   if (r.kind == OpKind::kAllreduce) head << " op=" << reduceOpName(r.op);
   if (r.kind == OpKind::kBroadcast) head << " root=" << r.root;
   head << " tensors=" << r.tensors.size();
+  if (r.staged) head << " of device tensors";  // staged tensors never take the gathered path
   lines.push_back(head.str());
   for (const auto& t : r.tensors) {
     if (r.kind != OpKind::kAllgather) {

@@ -247,6 +247,25 @@ TEST(engine_staged_failure_and_unsupported_kind_are_errors) {
   });
 }
 
+TEST(engine_device_and_host_tensors_on_different_ranks_fail_together) {
+  // A device (staged) allreduce runs the ring piece by piece; a small host one is gathered.
+  // Ranks that mix them must fail like any other mismatch, not lose the ring.
+  withEngines(2, allModes()[0], [](Config&) {}, [&](int rank, Engine& e) {
+    std::vector<std::vector<float>> ts = {std::vector<float>(8, 1.0f)};
+    Request r = allreduceOf(ts);
+    if (rank == 0) {
+      r.tensors[0].in = r.tensors[0].out = nullptr;
+      r.staged = stageThrough(&ts, 16);
+    }
+    Status s = call(e, std::move(r));
+    CHECK(s.code == Code::kInvalidArgument);
+    CHECK(s.message.find("device tensors") != std::string::npos);
+    std::vector<std::vector<float>> good = {std::vector<float>(3, 2.0f)};
+    CHECK(call(e, allreduceOf(good)).ok());
+    CHECK_EQ(good[0][2], 4.0f);
+  });
+}
+
 TEST(rendezvous_missing_rank_times_out_clearly) {
   auto store = std::make_shared<HashStore>();
   std::string job = uniqueJob();

@@ -2,6 +2,9 @@
 // algorithms/allgather_framed.h): every dtype and op on both sides of the size cut, ranks
 // bit-identical, and ranks that disagree (also about which side of the cut they are on) failing
 // together and staying in step.
+#include <chrono>
+#include <thread>
+
 #include "algorithms/allgather_framed.h"
 #include "algorithms/allreduce_gathered.h"
 #include "tests/ring_helpers.h"
@@ -127,5 +130,18 @@ TEST(framed_allgather_refuses_a_block_over_the_limit) {
     } else {
       ringAllgatherFramed(t, 2, {}, {{mine.data(), mine.size()}}, 1000, Deadline::after(10));
     }
+  });
+}
+
+TEST(barrier_waits_for_the_last_rank) {
+  // The barrier is the check's exchange alone: no rank may leave it before the last one entered.
+  withEngines(3, allModes()[3], [&](int rank, Engine& e) {
+    if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto start = std::chrono::steady_clock::now();
+    Request b;
+    b.kind = OpKind::kBarrier;
+    b.name = "barrier";
+    CHECK(call(e, std::move(b)).ok());
+    if (rank != 2) CHECK(std::chrono::steady_clock::now() - start > std::chrono::milliseconds(250));
   });
 }
