@@ -19,7 +19,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
-.PHONY: env demo check lint test test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
+.PHONY: env demo check lint test test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
 
 env: $(STAMP)
 
@@ -67,6 +67,13 @@ check: lint
 	$(PY) -m pytest -q -m "not multiprocess" $(PYTEST_ARGS)
 
 test: lint test-core test-python
+
+# tfring.spark.run in a real Spark (local mode): installs a Java runtime (Debian) and PySpark into
+# the env, then runs the tests marked `spark` (skipped by `make test` where PySpark is absent).
+test-spark: env
+	@command -v java >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null)
+	$(PY) -m pip install -q "pyspark>=3.5,<5"
+	$(PY) -m pytest -q -m spark $(PYTEST_ARGS)
 
 # The CUDA kernels (tfring/native/cc/cuda) in their framework-free harness, built wherever nvcc is;
 # run (plain and under compute-sanitizer memcheck) only where a GPU is visible.
