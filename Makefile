@@ -19,7 +19,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
-.PHONY: env demo check lint test test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
+.PHONY: env demo check lint test test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
 
 env: $(STAMP)
 
@@ -67,6 +67,14 @@ check: lint
 	$(PY) -m pytest -q -m "not multiprocess" $(PYTEST_ARGS)
 
 test: lint test-core test-python
+
+# tfring under a real SLURM (tests/slurm_test.py: srun on one node and across two emulated hosts,
+# sbatch): installs Debian's SLURM daemons and munge (root), then runs the tests marked `slurm`.
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge
+test-slurm: env
+	@command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null)
+	$(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
 
 # tfring.spark.run in a real Spark (local mode): installs a Java runtime (Debian) and PySpark into
 # the env, then runs the tests marked `spark` (skipped by `make test` where PySpark is absent).
