@@ -1,7 +1,7 @@
 """Datasets to sharded TFRecords (`tfring convert`, `write_tfrecords`) and the input pipeline that
-reads them (`tfrecord_dataset`)."""
+reads them (`tfrecord_dataset`), and node-local staging of a converted dataset (`stage`)."""
 
-__all__ = ["write_tfrecords", "tfrecord_dataset", "load_meta"]
+__all__ = ["write_tfrecords", "tfrecord_dataset", "load_meta", "stage"]
 
 
 def __getattr__(name):
@@ -14,6 +14,10 @@ def __getattr__(name):
         from tfring.data.pipeline import tfrecord_dataset
 
         return tfrecord_dataset
+    if name == "stage":
+        from tfring.data.staging import stage
+
+        return stage
     if name == "load_meta":
         from tfring.data.meta import load_meta
 

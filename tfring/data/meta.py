@@ -113,14 +113,14 @@ def shard_prefix(path):
 
 def read_json(path):
     """Reads a JSON file (local or any `tf.io.gfile` path)."""
-    with _open(path, "r") as f:
+    with open_file(path, "r") as f:
         return json.load(f)
 
 
 def write_json_atomically(path, payload):
     """Writes JSON under a temporary name and renames it: readers never see half a file."""
     partial = f"{path}.tmp-{os.getpid()}"
-    with _open(partial, "w") as f:
+    with open_file(partial, "w") as f:
         f.write(json.dumps(payload, indent=1))
     _rename(partial, path)
 
@@ -161,7 +161,8 @@ def exists(path):
     return os.path.exists(path)
 
 
-def _open(path, mode):
+def open_file(path, mode):
+    """Opens a local path or any `tf.io.gfile` URL."""
     if is_remote(path):
         import tensorflow as tf
 
