@@ -3,12 +3,13 @@
 Run it where PySpark and a Java runtime are installed (`make test-spark` installs both):
 
     PYSPARK_PYTHON=$(which python) python examples/spark_train.py            # local[2]
-    spark-submit --master spark://host:7077 examples/spark_train.py          # a cluster
+    spark-submit --master spark://host:7077 examples/spark_train.py          # a cluster (its master wins)
 
 On Databricks, paste `train` and the `tfring.spark.run` line into a notebook cell; the cluster's
 executors need tfring installed (a cluster library), like the driver.
 """
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 import tfring.spark
@@ -35,7 +36,10 @@ def train(epochs, batch_size):
 
 
 if __name__ == "__main__":
-    spark = SparkSession.builder.master("local[2]").appName("tfring-example").getOrCreate()
+    builder = SparkSession.builder.appName("tfring-example")
+    if not SparkConf().contains("spark.master"):  # plain `python`: a local Spark; spark-submit's master otherwise
+        builder = builder.master("local[2]")
+    spark = builder.getOrCreate()
     accuracy = tfring.spark.run(train, num_proc=2, args=(3, 64), env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     print(f"final training accuracy (rank 0): {accuracy:.3f}")
     spark.stop()

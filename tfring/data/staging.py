@@ -1,11 +1,12 @@
 """Node-local staging: `tfring.data.stage(prefix, local_dir)` copies a converted dataset to each host's
 own disk once, so that every epoch reads local files instead of the shared file system or a bucket.
 
-On each host, local rank 0 copies; the host's other ranks wait for its completion marker. Every
-shard is hashed while it is copied and compared with the SHA-256 the meta file recorded at
-conversion; a shard lands under its name only when it matches. A complete earlier copy (its marker
-names the same meta file contents, every shard has its recorded size) is reused without copying.
-Before copying, the free space of `local_dir` is compared with what is still to copy.
+On each host, local rank 0 copies; the host's other ranks wait for its completion marker (or its
+error file). Every shard is hashed while it is copied and compared with the SHA-256 the meta file
+recorded at conversion; a shard lands under its name only when it matches. A complete earlier copy
+(its marker names the same meta file contents, every shard has its recorded size) is reused
+without copying; after an interrupted copy, shards already there are hashed and kept when they
+match. Before copying, the free space of `local_dir` is compared with what is still to copy.
 """
 
 import hashlib
@@ -19,7 +20,9 @@ from tfring import runtime
 from tfring.data import meta as meta_lib
 
 MARKER_SUFFIX = ".staged.json"
+ERROR_SUFFIX = ".stage-error"
 _BLOCK = 1 << 22
+_CLOCK_SKEW = 30.0  # seconds an error file may predate a waiting rank's start and still be this run's
 
 
 def _meta_text(prefix):
@@ -48,10 +51,23 @@ def _is_complete(local_prefix, meta, digest):
         for s in meta.shards)
 
 
-def _check_space(local_dir, meta, folder):
-    need = sum(s["bytes"] for s in meta.shards
-               if not (os.path.exists(os.path.join(folder, s["file"]))
-                       and os.path.getsize(os.path.join(folder, s["file"])) == s["bytes"]))
+def _file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _already_there(folder, shard):
+    """Whether an earlier, interrupted copy left this shard whole (its size and SHA-256 match)."""
+    path = os.path.join(folder, shard["file"])
+    return (os.path.exists(path) and os.path.getsize(path) == shard["bytes"]
+            and _file_sha256(path) == shard["sha256"])
+
+
+def _check_space(local_dir, to_copy):
+    need = sum(s["bytes"] for s in to_copy)
     free = shutil.disk_usage(local_dir).free
     if need > free:
         raise OSError(f"tfring.data.stage: {local_dir} has {free / 2**20:.1f} MiB free but the dataset needs "
@@ -74,28 +90,56 @@ def _copy_shard(source, target, shard):
     os.replace(partial, target)
 
 
+def _remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def _copy(prefix, local_prefix, meta, text, local_dir):
     folder = os.path.dirname(local_prefix)
     source_folder = os.path.dirname(prefix)
     if _is_complete(local_prefix, meta, _digest(text)):
         return
-    try:
-        os.unlink(local_prefix + MARKER_SUFFIX)  # what follows is a new copy
-    except FileNotFoundError:
-        pass
-    _check_space(local_dir, meta, folder)
-    for shard in meta.shards:
-        target = os.path.join(folder, shard["file"])
-        if not (os.path.exists(target) and os.path.getsize(target) == shard["bytes"]):
-            _copy_shard(f"{source_folder}/{shard['file']}" if source_folder else shard["file"], target, shard)
+    _remove(local_prefix + MARKER_SUFFIX)  # what follows is a new copy
+    to_copy = [shard for shard in meta.shards if not _already_there(folder, shard)]
+    _check_space(local_dir, to_copy)
+    for shard in to_copy:
+        source = f"{source_folder}/{shard['file']}" if source_folder else shard["file"]
+        _copy_shard(source, os.path.join(folder, shard["file"]), shard)
     with open(local_prefix + meta_lib.META_SUFFIX, "w") as f:
         f.write(text)
     meta_lib.write_json_atomically(local_prefix + MARKER_SUFFIX, {"meta_sha256": _digest(text), "source": prefix})
 
 
-def _wait_for_copy(local_prefix, digest, timeout, poll=0.2):
-    deadline = time.monotonic() + timeout
-    while not _marker_matches(local_prefix, digest):
+def _copy_or_report(prefix, local_prefix, meta, text, local_dir):
+    """Local rank 0: copies; on failure leaves the error for the host's waiting ranks, then raises it."""
+    _remove(local_prefix + ERROR_SUFFIX)
+    try:
+        _copy(prefix, local_prefix, meta, text, local_dir)
+    except Exception as e:
+        with open(local_prefix + ERROR_SUFFIX, "w") as f:
+            f.write(f"{type(e).__name__}: {e}")
+        raise
+
+
+def _reported_error(local_prefix, began):
+    try:
+        with open(local_prefix + ERROR_SUFFIX) as f:
+            if os.fstat(f.fileno()).st_mtime >= began - _CLOCK_SKEW:
+                return f.read()
+    except OSError:
+        pass
+    return None
+
+
+def _wait_for_copy(local_prefix, meta, digest, timeout, poll=0.2):
+    deadline, began = time.monotonic() + timeout, time.time()
+    while not _is_complete(local_prefix, meta, digest):
+        error = _reported_error(local_prefix, began)
+        if error:
+            raise RuntimeError(f"tfring.data.stage: local rank 0 could not copy to {local_prefix}: {error}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"tfring.data.stage: local rank 0 did not finish copying to {local_prefix} within "
                                f"{timeout:g} s (its own error, if any, is in its output)")
@@ -122,6 +166,7 @@ def stage(prefix, local_dir, timeout=3600.0):
         FileNotFoundError: no meta file at `prefix`.
         OSError: `local_dir` lacks the space for the shards still to copy (checked before copying).
         ValueError: a shard's SHA-256 differs from the one its meta file recorded.
+        RuntimeError: on the host's other ranks, local rank 0's copy failed (its error quoted).
         TimeoutError: on the other ranks, the copy took longer than `timeout`.
 
     Example:
@@ -135,7 +180,7 @@ def stage(prefix, local_dir, timeout=3600.0):
     os.makedirs(local_dir, exist_ok=True)
     local_prefix = os.path.join(local_dir, os.path.basename(prefix.rstrip("/")))
     if runtime.local_rank() == 0:
-        _copy(prefix, local_prefix, meta, text, local_dir)
+        _copy_or_report(prefix, local_prefix, meta, text, local_dir)
     else:
-        _wait_for_copy(local_prefix, _digest(text), timeout)
+        _wait_for_copy(local_prefix, meta, _digest(text), timeout)
     return local_prefix

@@ -70,19 +70,47 @@ def test_a_damaged_shard_is_named_and_never_lands(tmp_path, dataset, monkeypatch
     assert not os.path.exists(tmp_path / "local" / "train.staged.json")
 
 
+def test_an_interrupted_copy_keeps_only_the_shards_that_hash_right(tmp_path, dataset, monkeypatch):
+    _as_local_rank(monkeypatch, 0)
+    local = tmp_path / "local"
+    local.mkdir()
+    names = _shards(dataset)
+    shutil.copy(os.path.join(os.path.dirname(dataset), names[0]), local / names[0])  # whole: kept
+    stale = bytearray((tmp_path / "shared" / names[1]).read_bytes())
+    stale[10] ^= 0xFF  # right size, wrong bytes (an older conversion's shard)
+    (local / names[1]).write_bytes(bytes(stale))
+    copied = []
+    real = staging._copy_shard
+    monkeypatch.setattr(staging, "_copy_shard", lambda src, dst, shard: copied.append(shard["file"]) or real(src, dst, shard))
+    staging.stage(dataset, str(local))
+    assert copied == names[1:]
+    assert (local / names[1]).read_bytes() == (tmp_path / "shared" / names[1]).read_bytes()
+
+
+def test_the_waiting_ranks_get_local_rank_0s_error(tmp_path, dataset, monkeypatch):
+    _as_local_rank(monkeypatch, 0)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(staging.shutil, "disk_usage", lambda path: usage._replace(free=100))
+    with pytest.raises(OSError):
+        staging.stage(dataset, str(tmp_path / "local"))
+    _as_local_rank(monkeypatch, 1)
+    with pytest.raises(RuntimeError, match="local rank 0 could not copy .*OSError: .* has 0.0 MiB free"):
+        staging.stage(dataset, str(tmp_path / "local"), timeout=10)
+
+
 def test_too_little_space_fails_before_copying(tmp_path, dataset, monkeypatch):
     _as_local_rank(monkeypatch, 0)
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(staging.shutil, "disk_usage", lambda path: usage._replace(free=100))
     with pytest.raises(OSError, match="has 0.0 MiB free but the dataset needs .* MiB more.*nothing was copied"):
         staging.stage(dataset, str(tmp_path / "local"))
-    assert os.listdir(tmp_path / "local") == []
+    assert os.listdir(tmp_path / "local") == ["train.stage-error"]  # for the host's waiting ranks
 
 
 def test_other_local_ranks_wait_for_the_marker(tmp_path, dataset, monkeypatch):
     _as_local_rank(monkeypatch, 1)
     local_dir = str(tmp_path / "local")
-    copier = threading.Timer(0.5, lambda: staging._copy(dataset, os.path.join(local_dir, "train"),
+    copier = threading.Timer(0.5, lambda: staging._copy_or_report(dataset, os.path.join(local_dir, "train"),
                                                         staging.meta_lib.load_meta(dataset),
                                                         staging._meta_text(dataset), local_dir))
     start = time.monotonic()

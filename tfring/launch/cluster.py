@@ -29,7 +29,8 @@ the same secret in TFRING_SECRET or TFRING_SECRET_FILE (a file only its owner ca
 does not derive one from the launcher's job id, which anyone on the network can guess. For example:
   export TFRING_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')
   mpirun -x TFRING_SECRET -np {size} python train.py
-  srun --export=ALL,TFRING_SECRET -n {size} python train.py"""
+  srun --export=ALL,TFRING_SECRET -n {size} python train.py
+(on Kubernetes: the same value in every pod, from a Secret; see examples/kubernetes/)"""
 
 
 @dataclasses.dataclass
@@ -122,6 +123,10 @@ def _exchange(env, info, store):
     if missing_secret:
         mpi = ", or install mpi4py so that rank 0 can hand one out" if info.launcher in _MPI_ENGINES else ""
         raise ValueError(NO_SECRET_HELP.format(launcher=info.launcher, size=info.size, mpi=mpi))
+    if not info.job_key and not env.get(RENDEZVOUS_FILE):
+        raise ValueError(f"this {info.launcher} job spans hosts but names no job id to find rank 0's address by: "
+                         f"install mpi4py, or set {RENDEZVOUS_FILE} (a path every host shares) or "
+                         f"{STORE_ADDR}=HOST:PORT for every rank")
     return "file"
 
 
@@ -148,6 +153,8 @@ def discover(environ=None):
     p = engine.read(env)
     if not 0 <= p.rank < p.size:
         raise ValueError(f"rank {p.rank} is outside [0, {p.size}) ({p.engine} variables)")
+    if not 0 <= p.local_rank < p.local_size:
+        raise ValueError(f"local rank {p.local_rank} is outside [0, {p.local_size}) ({p.engine} variables)")
     info = ClusterInfo(rank=p.rank, size=p.size, local_rank=p.local_rank, local_size=p.local_size,
                        launcher=p.engine, job_key=p.job_key, secret=_given_secret(env))
     if info.size == 1:
@@ -195,10 +202,10 @@ def find_store(info, timeout, environ=None):
     env = os.environ if environ is None else environ
     if not info.exchange:
         return info
-    world = address_exchange.mpi_world(info.size) if info.exchange == "mpi" else None
+    world, ours = address_exchange.mpi_world(info.size) if info.exchange == "mpi" else (None, False)
     if world is not None:
         offer = _rank0_offer(env, info) if info.rank == 0 else None
-        info.store_host, info.store_port, info.secret = address_exchange.broadcast(world, info.rank, offer)
+        info.store_host, info.store_port, info.secret = address_exchange.broadcast(world, info.rank, offer, ours)
     elif not info.secret:
         raise ValueError(f"mpi4py is installed but cannot load an MPI that spans the {info.size} ranks of "
                          f"this {info.launcher} job (is it built for another MPI?), and no secret is set: "

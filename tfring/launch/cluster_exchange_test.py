@@ -35,15 +35,43 @@ def test_rank0_writes_its_address_and_the_others_wait_for_it(tmp_path, monkeypat
     assert zero.store_host == "10.1.2.3" and zero.store_port > 0 and zero.job_id == one.job_id
     [written] = os.listdir(tmp_path)
     assert written.startswith(".tfring-rendezvous-")
-    address_exchange._remove(tmp_path / written)  # what rank 0 does at exit
+    address_exchange._remove(str(tmp_path / written), "10.1.2.3 ")  # what rank 0 does at exit
 
 
 def test_a_file_of_another_job_is_not_taken_and_the_wait_times_out(tmp_path, no_mpi4py):
     path = str(tmp_path / "rdv")
     address_exchange.write_file(path, "10.9.9.9", 1111, "other-secret")
     env = _mpi(1, TFRING_SECRET="s", TFRING_RENDEZVOUS_FILE=path)
-    with pytest.raises(TimeoutError, match="rdv.*share the working directory.*mpi4py.*TFRING_STORE_ADDR"):
+    with pytest.raises(TimeoutError, match="rdv.*a file system they all share.*mpi4py.*TFRING_STORE_ADDR"):
         cluster.find_store(cluster.discover(env), 0.3, env)
+
+
+def test_a_file_left_by_a_killed_run_with_the_same_secret_is_not_taken(tmp_path, no_mpi4py):
+    path = str(tmp_path / "rdv")
+    address_exchange.write_file(path, "10.9.9.9", 1111, "s")  # same secret, same path: a dead run's
+    old = os.stat(path).st_mtime - 3600
+    os.utime(path, (old, old))
+    env = _mpi(1, TFRING_SECRET="s", TFRING_RENDEZVOUS_FILE=path)
+    with pytest.raises(TimeoutError):
+        cluster.find_store(cluster.discover(env), 0.3, env)
+    os.utime(path)  # written now: this run's
+    assert (cluster.find_store(cluster.discover(env), 5, env).store_host) == "10.9.9.9"
+
+
+def test_rank0_removes_only_its_own_file(tmp_path):
+    path = str(tmp_path / "rdv")
+    address_exchange.write_file(path, "10.0.0.1", 1111, "s")
+    address_exchange._remove(path, "10.0.0.2 2222 ")  # another job's file now: left alone
+    assert os.path.exists(path)
+    address_exchange._remove(path, "10.0.0.1 1111 ")
+    assert not os.path.exists(path)
+
+
+def test_mpich_across_hosts_without_a_job_id_says_what_to_set(no_mpi4py):
+    env = {"PMI_RANK": "0", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "TFRING_SECRET": "s"}
+    with pytest.raises(ValueError, match="names no job id.*mpi4py.*TFRING_RENDEZVOUS_FILE"):
+        cluster.discover(env)
+    assert cluster.discover(dict(env, TFRING_RENDEZVOUS_FILE="/shared/rdv")).exchange == "file"
 
 
 def test_an_unwritable_directory_names_the_file(tmp_path, no_mpi4py):
@@ -74,7 +102,7 @@ class FakeWorld:
 def test_over_mpi_rank0_hands_out_its_address_and_a_fresh_secret(monkeypatch):
     monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: True)
     world = FakeWorld()
-    monkeypatch.setattr(address_exchange, "mpi_world", lambda size: world)
+    monkeypatch.setattr(address_exchange, "mpi_world", lambda size: (world, False))
     envs = [_mpi(r) for r in (0, 1)]
     infos = [cluster.discover(e) for e in envs]
     assert [i.exchange for i in infos] == ["mpi", "mpi"]
@@ -90,7 +118,7 @@ def test_over_mpi_rank0_hands_out_its_address_and_a_fresh_secret(monkeypatch):
 
 def test_mpi4py_of_another_mpi_without_a_secret_fails_clearly(monkeypatch):
     monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: True)
-    monkeypatch.setattr(address_exchange, "mpi_world", lambda size: None)
+    monkeypatch.setattr(address_exchange, "mpi_world", lambda size: (None, False))
     env = _mpi(1)
     with pytest.raises(ValueError, match="cannot load an MPI that spans the 2 ranks"):
         cluster.find_store(cluster.discover(env), 1, env)

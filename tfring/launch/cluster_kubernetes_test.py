@@ -30,6 +30,15 @@ def test_tf_config_on_one_host_is_a_local_job():
     assert (info.rank, info.local_rank, info.local_size, info.store_port) == (1, 1, 2, 3001)
 
 
+def test_tf_config_tasks_sharing_a_host_number_themselves_on_it():
+    # One task per GPU: two hosts with two workers each.
+    workers = ["a:2222", "a:2223", "b:2222", "b:2223"]
+    infos = [cluster.discover({"TF_CONFIG": json.dumps({"cluster": {"worker": workers},
+                                                         "task": {"type": "worker", "index": i}}),
+                               "TFRING_SECRET": "s"}) for i in range(4)]
+    assert [(i.rank, i.local_rank, i.local_size) for i in infos] == [(0, 0, 2), (1, 1, 2), (2, 0, 2), (3, 1, 2)]
+
+
 def test_tf_config_evaluator_runs_alone():
     env = _tf_config("evaluator", 0)
     assert cluster.discover(env).size == 1
@@ -65,6 +74,28 @@ def test_torchrun_style_variables():
 def test_under_torchrun_the_agent_keeps_master_port():
     info = cluster.discover(dict(TORCHRUN, TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="r1"))
     assert info.store_port == 23457
+
+
+def test_torchrun_under_srun_is_torchrun():
+    # srun torchrun ...: the workers inherit the step's SLURM variables, but torchrun started them.
+    env = dict(TORCHRUN, TORCHELASTIC_RUN_ID="r1", SLURM_PROCID="0", SLURM_STEP_ID="0", SLURM_STEP_NUM_TASKS="2",
+               SLURM_STEP_NODELIST="a,b", SLURM_STEP_TASKS_PER_NODE="1(x2)", SLURM_NODEID="0")
+    info = cluster.discover(env)
+    assert (info.launcher, info.rank, info.size) == ("torchrun", 3, 4)
+
+
+def test_slurm_pmi2_is_read_as_slurm():
+    # srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE but not the local ranks: SLURM's variables describe the job.
+    env = {"PMI_RANK": "1", "PMI_SIZE": "4", "PMI_JOBID": "7.0", "SLURM_PROCID": "1", "SLURM_STEP_ID": "0",
+           "SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "n[1-2]",
+           "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "7", "TFRING_SECRET": "s"}
+    info = cluster.discover(env)
+    assert (info.launcher, info.rank, info.local_rank, info.local_size, info.store_host) == ("slurm", 1, 1, 2, "n1")
+
+
+def test_bad_master_port():
+    with pytest.raises(ValueError, match="MASTER_PORT must leave a port.*TFRING_STORE_ADDR"):
+        cluster.discover(dict(TORCHRUN, MASTER_PORT="65535", TORCHELASTIC_USE_AGENT_STORE="True"))
 
 
 def test_indexed_job():

@@ -49,13 +49,16 @@ def _relay(stream, sink):
 def _launch(directory, np, env, timeout, launcher_args):
     """Runs the ranks under `tfring run`, relaying their output to this process's stdout/stderr
     (a notebook shows it); returns the launcher's exit code."""
-    cmd = [sys.executable, "-m", "tfring", "run", "-np", str(np), *launcher_args,
+    # This host only (the call's directory is private to it), even inside a PBS/LSF allocation.
+    where = [] if {"-H", "--hostfile"} & set(launcher_args) else ["-H", f"localhost:{np}"]
+    cmd = [sys.executable, "-m", "tfring", "run", "-np", str(np), *where, *launcher_args,
            sys.executable, "-m", "tfring.launch.function_rank", directory]
     full_env = dict(os.environ, **(env or {}))
     # As multiprocessing's spawn does: the ranks import what this process can (a function defined
     # in an importable module travels by name).
     full_env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace")
     relays = [threading.Thread(target=_relay, args=(proc.stdout, sys.stdout), daemon=True),
               threading.Thread(target=_relay, args=(proc.stderr, sys.stderr), daemon=True)]
     for t in relays:
@@ -66,6 +69,10 @@ def _launch(directory, np, env, timeout, launcher_args):
         proc.kill()  # the ranks exit when their launcher's pipe closes
         proc.wait()
         raise TimeoutError(f"tfring.run: the {np} ranks did not finish within {timeout} s; they were stopped")
+    except BaseException:  # KeyboardInterrupt (a notebook's stop button): stop the job too
+        proc.kill()
+        proc.wait()
+        raise
     finally:
         for t in relays:
             t.join(5)
@@ -77,17 +84,28 @@ def _load(path):
         return pickle.load(f)
 
 
+def _raise_error(path, rank, np):
+    cause = None
+    try:
+        error, text = _load(path)
+    except Exception as e:  # the rank's exception does not unpickle here (say, its class is gone)
+        error, text, cause = RuntimeError(f"rank {rank} raised an exception that cannot be rebuilt here: {e}"), "", e
+    raise error from (RemoteTraceback(f"\n(rank {rank} of {np})\n{text}") if text else cause)
+
+
 def _results(directory, np, code):
     """The return values by rank, or raises the lowest failing rank's exception."""
     for rank in range(np):
         path = os.path.join(directory, f"error.{rank}")
         if os.path.exists(path):
-            error, text = _load(path)
-            raise error from RemoteTraceback(f"\n(rank {rank} of {np})\n{text}")
+            _raise_error(path, rank, np)
     missing = [r for r in range(np) if not os.path.exists(os.path.join(directory, f"result.{r}"))]
-    if missing or code != 0:
-        raise RankFailedError(f"tfring.run: rank {missing[0] if missing else 0} of {np} ended without a result "
+    if missing:
+        raise RankFailedError(f"tfring.run: rank {missing[0]} of {np} ended without a result "
                               f"(tfring run exited with code {code}; its output above says why)", code)
+    if code != 0:
+        raise RankFailedError(f"tfring.run: every rank returned, but tfring run exited with code {code} "
+                              "(its output above says why)", code)
     return [_load(os.path.join(directory, f"result.{r}")) for r in range(np)]
 
 
@@ -95,7 +113,9 @@ def run(fn, np=2, args=(), kwargs=None, env=None, timeout=None, launcher_args=()
     """Runs `fn(*args, **kwargs)` in `np` processes on this host as one tfring job.
 
     Each process is a rank (`tfring.rank()` tells which); `fn` typically builds a model under
-    `tfring.RingStrategy()` and trains it. The ranks' output is relayed here, prefixed by rank.
+    `tfring.RingStrategy()` and trains it. The ranks' output is relayed here as `tfring run` shows
+    it: rank 0's stdout and every rank's stderr, prefixed by rank (`launcher_args=["--all-output"]`
+    for every rank's stdout). The ranks run on this host, even inside a PBS or LSF allocation.
 
     Args:
         fn: a function; it and its arguments must be serialisable with cloudpickle (a lambda or a

@@ -72,3 +72,29 @@ def _alive(pid):
 def test_bad_np():
     with pytest.raises(ValueError, match="np must be at least 1"):
         run(print, np=0)
+
+
+class NeedsTwoArgs(Exception):
+    def __init__(self, a, b):  # pickles, but does not unpickle with its args
+        super().__init__(f"{a}/{b}")
+
+
+def test_an_exception_that_cannot_be_rebuilt_still_says_what_it_was():
+    def fail():
+        raise NeedsTwoArgs("x", "y")
+
+    with pytest.raises(RuntimeError, match="NeedsTwoArgs: x/y"):
+        run(fail, np=1)
+
+
+def test_a_value_of_a_class_defined_here_comes_back():
+    class Point:  # a local class: only cloudpickle can carry it back
+        def __init__(self, x):
+            self.x = x
+
+    assert [p.x for p in run(lambda: Point(_rank()), np=2)] == [0, 1]
+
+
+def test_runs_on_this_host_inside_an_lsf_allocation():
+    # An allocation of other hosts must not send the ranks there (the call's directory is private to this host).
+    assert run(_rank, np=2, env={"LSB_MCPU_HOSTS": "elsewhere-1 2 elsewhere-2 2"}) == [0, 1]

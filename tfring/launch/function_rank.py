@@ -13,11 +13,29 @@ import traceback
 from tfring.launch import variables
 
 
+def _dumps(value):
+    """cloudpickle where it is installed (it pickles classes defined in a notebook), else pickle."""
+    try:
+        import cloudpickle
+    except ImportError:
+        return pickle.dumps(value)
+    return cloudpickle.dumps(value)
+
+
 def _write(path, value):
     """Writes `value` pickled to `path` atomically (a reader never sees half a file)."""
     with open(path + ".tmp", "wb") as f:
-        pickle.dump(value, f)
+        f.write(_dumps(value))
     os.replace(path + ".tmp", path)
+
+
+def _travelling(e):
+    """`e` if it survives a round trip through pickle, else a RuntimeError that says what it was."""
+    try:
+        pickle.loads(_dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
 
 
 def main(directory):
@@ -33,11 +51,7 @@ def main(directory):
         value = fn(*args, **kwargs)
     except BaseException as e:  # noqa: B036: every failure goes back to the caller, even SystemExit
         text = traceback.format_exc()
-        try:
-            pickle.dumps(e)
-        except Exception:
-            e = RuntimeError(f"{type(e).__name__}: {e}")  # the exception itself cannot travel
-        _write(os.path.join(directory, f"error.{rank}"), (e, text))
+        _write(os.path.join(directory, f"error.{rank}"), (_travelling(e), text))
         sys.stderr.write(text)
         return 1
     _write(os.path.join(directory, f"result.{rank}"), value)

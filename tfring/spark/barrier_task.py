@@ -21,6 +21,12 @@ def _placement(context):
     return rank, len(hosts), hosts[:rank].count(hosts[rank]), hosts.count(hosts[rank]), hosts[0]
 
 
+def _gpu_env(context):
+    """CUDA_VISIBLE_DEVICES for the GPUs Spark assigned this task (as HorovodRunner did), if any."""
+    gpus = context.resources().get("gpu")
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus.addresses)} if gpus is not None else {}
+
+
 def _run_rank(directory, env, timeout):
     """Runs the rank's process with a pipe it watches; returns its exit code."""
     read_fd, write_fd = os.pipe()
@@ -79,7 +85,7 @@ def make_task(call_bytes, secret, env, timeout):
         with tempfile.TemporaryDirectory(prefix="tfring-spark-") as directory:
             with open(os.path.join(directory, "call.pkl"), "wb") as f:
                 f.write(call_bytes)
-            rank_env = dict(os.environ, **env, **{
+            rank_env = dict(os.environ, **_gpu_env(context), **env, **{
                 variables.RANK: str(rank), variables.SIZE: str(size), variables.LOCAL_RANK: str(local_rank),
                 variables.LOCAL_SIZE: str(local_size), variables.STORE_ADDR: store, variables.SECRET: secret,
                 variables.JOB_ID: f"spark-{context.stageId()}-{store.replace(':', '-')}"})

@@ -2,10 +2,11 @@
 
 mpirun and Hydra's mpiexec say where each rank runs only to the MPI library, so rank 0 picks a
 port and publishes `host port`: through MPI itself when mpi4py is installed (a broadcast, which can
-also carry a fresh job secret), else through a file in the working directory, which the ranks
-share as mpirun assumes (`TFRING_RENDEZVOUS_FILE` names another). The file is written atomically,
-is named after the job, carries a tag keyed by the job secret (so a file left by another job is
-never taken for this one's) and is removed when rank 0 exits.
+also carry a fresh job secret), else through a file in the working directory, when the hosts share
+it (`TFRING_RENDEZVOUS_FILE` names another path). The file is written atomically, named after the
+job, tagged with a key only holders of the job secret can compute, and removed when rank 0 exits;
+a reader takes only a file written after it began to wait (give or take `_CLOCK_SKEW`), so a
+file a killed run left behind is not mistaken for this one's.
 """
 
 import atexit
@@ -13,27 +14,43 @@ import hashlib
 import hmac
 import importlib.util
 import os
+import sys
 import tempfile
 import time
 
 from tfring.launch import variables as v
 
 
+_CLOCK_SKEW = 30.0  # seconds a rendezvous file may predate a reader's wait (hosts' clocks differ)
+
+
 def mpi_world(size):
-    """MPI's COMM_WORLD through mpi4py when it loads and spans this job's `size` ranks, else None."""
+    """(MPI's COMM_WORLD, whether tfring initialised MPI) through mpi4py when it loads and spans this
+    job's `size` ranks, else (None, False)."""
     if importlib.util.find_spec("mpi4py") is None:
-        return None
+        return None, False
+    ours = "mpi4py.MPI" not in sys.modules
     try:
-        from mpi4py import MPI  # initialises MPI: only ever imported here, and only when needed
+        from mpi4py import MPI  # initialises MPI unless the program already did
     except (ImportError, RuntimeError):
-        return None  # e.g. mpi4py's wheel finds no MPI library on this host
+        return None, False  # e.g. mpi4py's wheel finds no MPI library on this host
     world = MPI.COMM_WORLD
-    return world if world.Get_size() == size else None
+    return (world, ours) if world.Get_size() == size else (None, False)
 
 
-def broadcast(world, rank, payload):
-    """Rank 0's `payload` on every rank (MPI's own broadcast: a rank that dies ends the whole MPI job)."""
-    return world.bcast(payload if rank == 0 else None, root=0)
+def broadcast(world, rank, payload, finalize):
+    """Rank 0's `payload` on every rank (MPI's own broadcast: a rank that dies ends the whole MPI job).
+
+    With `finalize` (tfring initialised MPI only for this), MPI is finalised right after, so that a
+    rank failing later is not held in MPI_Finalize at exit while mpirun waits for it.
+    """
+    value = world.bcast(payload if rank == 0 else None, root=0)
+    if finalize:
+        from mpi4py import MPI
+
+        world.Barrier()
+        MPI.Finalize()
+    return value
 
 
 def file_path(environ, job_key):
@@ -64,12 +81,15 @@ def write_file(path, host, port, secret):
         raise ValueError(f"rank 0 cannot write the rendezvous file {path!r}: {e.strerror}; set "
                          f"{v.RENDEZVOUS_FILE} to a path on a file system every host shares, or "
                          f"{v.STORE_ADDR}=HOST:PORT for every rank") from None
-    atexit.register(_remove, path)
+    atexit.register(_remove, path, f"{host} {port} ")
 
 
-def _remove(path):
+def _remove(path, ours):
+    """Removes the rendezvous file if it is still ours (a later job may have written its own)."""
     try:
-        os.unlink(path)
+        with open(path, encoding="utf-8") as f:
+            if f.read().startswith(ours):
+                os.unlink(path)
     except OSError:
         pass
 
@@ -81,18 +101,20 @@ def read_file(path, secret, timeout, poll=0.1):
         TimeoutError: no file of this job appeared within `timeout` seconds (the message names the
             file and what the ranks must share).
     """
-    deadline = time.monotonic() + timeout
+    deadline, began = time.monotonic() + timeout, time.time()
     while True:
         try:
             with open(path, encoding="utf-8") as f:
                 host, port, tag = f.read().split()
-            if hmac.compare_digest(tag, _tag(secret, path, host, port)):
+                written = os.fstat(f.fileno()).st_mtime
+            if written >= began - _CLOCK_SKEW and hmac.compare_digest(tag, _tag(secret, path, host, port)):
                 return host, int(port)
         except (OSError, ValueError):
             pass  # not there yet, half-written by a non-atomic file system, or another job's
         if time.monotonic() > deadline:
             raise TimeoutError(
-                f"rank 0 did not publish its address in {path!r} within {timeout:g} s: the ranks of an MPI "
-                f"job across hosts must share the working directory (or {v.RENDEZVOUS_FILE}); install "
-                f"mpi4py to use MPI instead, or set {v.STORE_ADDR}=HOST:PORT for every rank")
+                f"rank 0 did not publish its address in {path!r} within {timeout:g} s: without mpi4py the ranks "
+                f"of an MPI job across hosts find rank 0 through a file on a file system they all share (the "
+                f"working directory, or {v.RENDEZVOUS_FILE}); install mpi4py to use MPI instead, or set "
+                f"{v.STORE_ADDR}=HOST:PORT for every rank")
         time.sleep(poll)

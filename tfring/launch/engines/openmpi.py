@@ -16,5 +16,4 @@ def read(environ):
     job_key = (environ.get("OMPI_MCA_ess_base_jobid") or environ.get("PMIX_NAMESPACE")
                or environ.get("OMPI_MCA_orte_ess_jobid", "ompi"))
     return Placement(NAME, integer(environ, "OMPI_COMM_WORLD_RANK"), size,
-                     integer(environ, "OMPI_COMM_WORLD_LOCAL_RANK"), local_size, job_key=job_key,
-                     exchange=local_size != size)
+                     integer(environ, "OMPI_COMM_WORLD_LOCAL_RANK"), local_size, job_key=job_key)

@@ -14,9 +14,8 @@ class Placement:
             shared-memory segments (mixed with the secret) and derives a store port.
         store: rank 0's store as (host, port) when the engine says where it is, else None.
         rank0_host: the host rank 0 runs on when the engine says only that (the port is then
-            derived from `job_key`), else None.
-        exchange: True when nothing says where rank 0 is and the ranks span hosts: rank 0 must
-            publish its address (see `address_exchange`).
+            derived from `job_key`), else None. With neither `store` nor `rank0_host` across
+            hosts, rank 0 publishes its address (see `address_exchange`).
     """
 
     engine: str
@@ -27,7 +26,6 @@ class Placement:
     job_key: str = ""
     store: tuple = None
     rank0_host: str = None
-    exchange: bool = False
 
 
 def integer(environ, name, default=None):

@@ -14,9 +14,10 @@ def detect(environ):
     """Whether `srun` started this process as a task of a job step.
 
     An `sbatch` script itself also sees SLURM_PROCID and the allocation's SLURM_NTASKS, but is one
-    process: only a step (SLURM_STEP_ID, set by srun) is a multi-rank job.
+    process: only a step (SLURM_STEP_ID, set by srun) is a multi-rank job. Under `srun torchrun`
+    the workers inherit the step's variables, but torchrun is what started them.
     """
-    return "SLURM_PROCID" in environ and "SLURM_STEP_ID" in environ
+    return "SLURM_PROCID" in environ and "SLURM_STEP_ID" in environ and "TORCHELASTIC_RUN_ID" not in environ
 
 
 def _first(environ, *names):
@@ -28,7 +29,8 @@ def _first(environ, *names):
 
 def read(environ):
     """This process's `Placement` from srun's variables."""
-    size = integer(environ, "SLURM_STEP_NUM_TASKS", integer(environ, "SLURM_NTASKS", 1))
+    size_name = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
+    size = integer(environ, size_name, 1)
     where, nodelist = _first(environ, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
     nodes = expand_hostlist(nodelist, where)
     where, per_node = _first(environ, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")

@@ -47,7 +47,8 @@ def read(environ):
     if (kind, index) not in tasks:
         raise ValueError(f"TF_CONFIG task {kind}:{index} is not in its cluster ({len(tasks)} tasks)")
     store = host_port(addresses[0], "TF_CONFIG's first task address")
-    one_host = len({host_port(a, "TF_CONFIG")[0] for a in addresses}) == 1
+    hosts = [host_port(a, "TF_CONFIG")[0] for a in addresses]
     rank = tasks.index((kind, index))
-    return Placement(NAME, rank, len(tasks), rank if one_host else 0, len(tasks) if one_host else 1,
+    # Tasks sharing a host (one per GPU) number themselves on it in rank order.
+    return Placement(NAME, rank, len(tasks), hosts[:rank].count(hosts[rank]), hosts.count(hosts[rank]),
                      job_key="tf_config:" + ",".join(addresses), store=store)

@@ -21,6 +21,9 @@ def read(environ):
     port = integer(environ, "MASTER_PORT")
     if environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
         port += 1
+    if not 0 < port < 65536:
+        raise ValueError(f"MASTER_PORT must leave a port for rank 0's store, got {environ['MASTER_PORT']!r} "
+                         "(set TFRING_STORE_ADDR=HOST:PORT to choose it)")
     local_size = integer(environ, "LOCAL_WORLD_SIZE", 1)
     job_key = environ.get("TORCHELASTIC_RUN_ID") or f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}"
     return Placement(NAME, integer(environ, "RANK"), size, integer(environ, "LOCAL_RANK", 0), local_size,

@@ -1,6 +1,7 @@
 // One contract for every store (HashStore, TcpStore through a server), plus the HMAC refusal.
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -186,4 +187,14 @@ TEST(tcp_store_survives_random_bytes) {
   CHECK(server.refusedCount() > 0);
   TcpStore ok("127.0.0.1", server.port(), "secret", kStoreRequestTimeout, Deadline::after(5));
   CHECK_EQ(ok.add("n", 1), 1);
+}
+
+// Under Kubernetes rank 0's DNS name appears only once its pod runs: a name that does not resolve is
+// retried until the deadline, and the error then says it could not be resolved.
+TEST(connect_retries_a_name_that_does_not_resolve_until_the_deadline) {
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS(Socket::connect("no-such-host.invalid", 29500, Deadline::after(0.6)),
+               "cannot resolve host 'no-such-host.invalid'");
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(waited >= 0.5);
 }

@@ -47,28 +47,43 @@ void waitFor(int fd, short events, Deadline deadline, const char* what) {
   }
 }
 
-sockaddr_in resolve(const std::string& host, int port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1) return addr;
+// Fills `addr` for host:port; returns getaddrinfo's error (0 on success).
+int tryResolve(const std::string& host, int port, sockaddr_in* addr) {
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &addr->sin_addr) == 1) return 0;
   addrinfo hints{};
   hints.ai_family = AF_INET;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) {
-    throw Error(Code::kInvalidArgument, "cannot resolve host '" + host + "'");
-  }
-  addr.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) return rc != 0 ? rc : EAI_NONAME;
+  addr->sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
   freeaddrinfo(res);
+  return 0;
+}
+
+sockaddr_in resolve(const std::string& host, int port) {
+  sockaddr_in addr{};
+  if (int rc = tryResolve(host, port, &addr)) {
+    throw Error(Code::kInvalidArgument, "cannot resolve host '" + host + "' (" + gai_strerror(rc) + ")");
+  }
   return addr;
 }
 
 }  // namespace
 
+// A name that does not resolve yet is retried until the deadline, like a refused connection: under
+// Kubernetes a pod's DNS name appears only once the pod runs, and the other ranks may start first.
 Socket Socket::connect(const std::string& host, int port, Deadline deadline) {
-  sockaddr_in addr = resolve(host, port);
   std::string lastError = "no attempt";
   while (!deadline.expired()) {
+    sockaddr_in addr{};
+    if (int rc = tryResolve(host, port, &addr)) {
+      lastError = std::string("cannot resolve host '") + host + "': " + gai_strerror(rc);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw Error(Code::kInternal, errnoText("socket"));
     Socket s(fd);
