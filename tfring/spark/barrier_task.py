@@ -76,13 +76,15 @@ def make_task(call_bytes, secret, env, timeout):
     """
 
     def task(_):
-        from pyspark import BarrierTaskContext
+        from pyspark import BarrierTaskContext, SparkFiles
 
         context = BarrierTaskContext.get()
         rank, size, local_rank, local_size, rank0_host = _placement(context)
         offer = f"{rank0_host}:{addresses.free_port('')}" if rank == 0 else ""
         store = context.allGather(offer)[0]  # also the barrier: every task is there
-        with tempfile.TemporaryDirectory(prefix="tfring-spark-") as directory:
+        # Under Spark's own scratch directory: removed with the executor even when Spark kills this
+        # task (a failed barrier stage) before the `with` can clean up.
+        with tempfile.TemporaryDirectory(prefix="tfring-spark-", dir=SparkFiles.getRootDirectory()) as directory:
             with open(os.path.join(directory, "call.pkl"), "wb") as f:
                 f.write(call_bytes)
             rank_env = dict(os.environ, **_gpu_env(context), **env, **{

@@ -73,7 +73,7 @@ def _fail_on_rank_1():
     tfring.ops.allreduce(tf.constant([1.0]))  # waits for rank 1, which is gone
 
 
-def test_a_failing_rank_fails_the_stage_with_its_traceback(spark):
+def test_a_failing_rank_fails_the_stage_with_its_traceback(spark, tmp_path):
     with pytest.raises(Exception) as info:
         tfring.spark.run(_fail_on_rank_1, num_proc=2, env=dict(RANK_ENV, TFRING_TIMEOUT="20"),
                          spark_context=spark.sparkContext)
@@ -81,6 +81,10 @@ def test_a_failing_rank_fails_the_stage_with_its_traceback(spark):
     assert "rank 1 of 2 failed" in text and "bad shard on rank one" in text and "_fail_on_rank_1" in text
     leftover = subprocess.run(["pgrep", "-f", "tfring.launch.function_rank"], capture_output=True, text=True)
     assert leftover.stdout.strip() == "" or _gone_soon(), leftover.stdout
+    import glob
+    import tempfile
+
+    assert not glob.glob(os.path.join(tempfile.gettempdir(), "tfring-spark-*"))  # task directories: Spark's scratch
 
 
 def _gone_soon(seconds=20):
