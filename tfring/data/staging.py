@@ -18,6 +18,7 @@ import time
 from tfring import checks
 from tfring import runtime
 from tfring.data import meta as meta_lib
+from tfring.data.shard_writer import sha256_of
 
 MARKER_SUFFIX = ".staged.json"
 ERROR_SUFFIX = ".stage-error"
@@ -51,19 +52,11 @@ def _is_complete(local_prefix, meta, digest):
         for s in meta.shards)
 
 
-def _file_sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _already_there(folder, shard):
     """Whether an earlier, interrupted copy left this shard whole (its size and SHA-256 match)."""
     path = os.path.join(folder, shard["file"])
     return (os.path.exists(path) and os.path.getsize(path) == shard["bytes"]
-            and _file_sha256(path) == shard["sha256"])
+            and sha256_of(path) == shard["sha256"])
 
 
 def _check_space(local_dir, to_copy):
