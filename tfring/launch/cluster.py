@@ -8,7 +8,6 @@ every collective is an identity. `TFRING_STORE_ADDR` overrides where rank 0's st
 
 import dataclasses
 import hashlib
-import importlib.util
 import os
 import secrets as _secrets
 
@@ -63,10 +62,6 @@ class ClusterInfo:
     job_key: str = ""
 
 
-def _mpi4py_installed():
-    return importlib.util.find_spec("mpi4py") is not None
-
-
 def _derived_port(job_key):
     """A port all ranks derive alike from a job id the launcher shares with them."""
     digest = hashlib.sha256(job_key.encode()).digest()
@@ -116,7 +111,7 @@ def _exchange(env, info, store):
     missing_secret = info.size > 1 and not info.secret
     if store is not None and not missing_secret:
         return ""
-    if info.launcher in _MPI_ENGINES and _mpi4py_installed() and (missing_secret or not env.get(RENDEZVOUS_FILE)):
+    if info.launcher in _MPI_ENGINES and address_exchange.mpi4py_installed() and (missing_secret or not env.get(RENDEZVOUS_FILE)):
         return "mpi"
     if missing_secret and info.launcher == "tfring":
         raise ValueError(f"{RANK} is set but neither {SECRET} nor {SECRET_FILE} is: start the job with `tfring run`")

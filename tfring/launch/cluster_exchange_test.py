@@ -17,7 +17,7 @@ def _mpi(rank, **extra):
 
 @pytest.fixture
 def no_mpi4py(monkeypatch):
-    monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: False)
+    monkeypatch.setattr(address_exchange, "mpi4py_installed", lambda: False)
 
 
 def test_rank0_writes_its_address_and_the_others_wait_for_it(tmp_path, monkeypatch, no_mpi4py):
@@ -100,7 +100,7 @@ class FakeWorld:
 
 
 def test_over_mpi_rank0_hands_out_its_address_and_a_fresh_secret(monkeypatch):
-    monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: True)
+    monkeypatch.setattr(address_exchange, "mpi4py_installed", lambda: True)
     world = FakeWorld()
     monkeypatch.setattr(address_exchange, "mpi_world", lambda size: (world, False))
     envs = [_mpi(r) for r in (0, 1)]
@@ -117,7 +117,7 @@ def test_over_mpi_rank0_hands_out_its_address_and_a_fresh_secret(monkeypatch):
 
 
 def test_mpi4py_of_another_mpi_without_a_secret_fails_clearly(monkeypatch):
-    monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: True)
+    monkeypatch.setattr(address_exchange, "mpi4py_installed", lambda: True)
     monkeypatch.setattr(address_exchange, "mpi_world", lambda size: (None, False))
     env = _mpi(1)
     with pytest.raises(ValueError, match="cannot load an MPI that spans the 2 ranks"):
@@ -125,7 +125,7 @@ def test_mpi4py_of_another_mpi_without_a_secret_fails_clearly(monkeypatch):
 
 
 def test_a_named_rendezvous_file_is_used_even_with_mpi4py(monkeypatch, tmp_path):
-    monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: True)
+    monkeypatch.setattr(address_exchange, "mpi4py_installed", lambda: True)
     env = _mpi(0, TFRING_SECRET="s", TFRING_RENDEZVOUS_FILE=str(tmp_path / "rdv"))
     assert cluster.discover(env).exchange == "file"
     assert cluster.discover(dict(env, TFRING_SECRET="")).exchange == "mpi"  # no secret: MPI must hand one out

@@ -1,12 +1,13 @@
 import pytest
 
 from tfring.launch import cluster
+from tfring.launch.engines import address_exchange
 
 
 @pytest.fixture(autouse=True)
 def no_mpi4py(monkeypatch):
     """Discovery as on a machine without mpi4py, unless a test says otherwise."""
-    monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: False)
+    monkeypatch.setattr(address_exchange, "mpi4py_installed", lambda: False)
 
 
 def test_no_launcher_is_one_rank():
@@ -44,7 +45,7 @@ def test_openmpi_across_hosts_publishes_rank0s_address_in_a_file_without_mpi4py(
 
 
 def test_openmpi_with_mpi4py_publishes_over_mpi_and_needs_no_secret(monkeypatch):
-    monkeypatch.setattr(cluster, "_mpi4py_installed", lambda: True)
+    monkeypatch.setattr(address_exchange, "mpi4py_installed", lambda: True)
     assert cluster.discover(MPI_4).exchange == "mpi"
     one_host = {k: v for k, v in MPI_RANK0.items()}  # no secret, one host: MPI hands out the secret
     info = cluster.discover(one_host)

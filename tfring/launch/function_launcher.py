@@ -13,6 +13,8 @@ import sys
 import tempfile
 import threading
 
+from tfring.launch import function_rank
+
 
 class RankFailedError(RuntimeError):
     """A rank of `tfring.run` failed without an exception of its own to re-raise (it was killed, or
@@ -36,7 +38,7 @@ def _dump_call(directory, fn, args, kwargs):
     except ImportError:
         raise ImportError("tfring.run needs cloudpickle to send the function to the ranks: "
                           "pip install cloudpickle (or tfring[run])") from None
-    with open(os.path.join(directory, "call.pkl"), "wb") as f:
+    with open(function_rank.call_path(directory), "wb") as f:
         cloudpickle.dump((fn, tuple(args), dict(kwargs or {})), f)
 
 
@@ -96,17 +98,17 @@ def _raise_error(path, rank, np):
 def _results(directory, np, code):
     """The return values by rank, or raises the lowest failing rank's exception."""
     for rank in range(np):
-        path = os.path.join(directory, f"error.{rank}")
+        path = function_rank.error_path(directory, rank)
         if os.path.exists(path):
             _raise_error(path, rank, np)
-    missing = [r for r in range(np) if not os.path.exists(os.path.join(directory, f"result.{r}"))]
+    missing = [r for r in range(np) if not os.path.exists(function_rank.result_path(directory, r))]
     if missing:
         raise RankFailedError(f"tfring.run: rank {missing[0]} of {np} ended without a result "
                               f"(tfring run exited with code {code}; its output above says why)", code)
     if code != 0:
         raise RankFailedError(f"tfring.run: every rank returned, but tfring run exited with code {code} "
                               "(its output above says why)", code)
-    return [_load(os.path.join(directory, f"result.{r}")) for r in range(np)]
+    return [_load(function_rank.result_path(directory, r)) for r in range(np)]
 
 
 def run(fn, np=2, args=(), kwargs=None, env=None, timeout=None, launcher_args=()):

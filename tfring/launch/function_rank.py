@@ -13,6 +13,21 @@ import traceback
 from tfring.launch import variables
 
 
+def call_path(directory):
+    """Where the caller leaves the pickled (fn, args, kwargs)."""
+    return os.path.join(directory, "call.pkl")
+
+
+def result_path(directory, rank):
+    """Where rank `rank` leaves its pickled return value."""
+    return os.path.join(directory, f"result.{rank}")
+
+
+def error_path(directory, rank):
+    """Where rank `rank` leaves its pickled (exception, traceback text)."""
+    return os.path.join(directory, f"error.{rank}")
+
+
 def _dumps(value):
     """cloudpickle where it is installed (it pickles classes defined in a notebook), else pickle."""
     try:
@@ -45,16 +60,16 @@ def main(directory):
         The process's exit code: 0, or 1 when the function raised.
     """
     rank = int(os.environ.get(variables.RANK, "0"))
-    with open(os.path.join(directory, "call.pkl"), "rb") as f:
+    with open(call_path(directory), "rb") as f:
         fn, args, kwargs = pickle.load(f)  # cloudpickle's output loads with pickle
     try:
         value = fn(*args, **kwargs)
     except BaseException as e:  # noqa: B036: every failure goes back to the caller, even SystemExit
         text = traceback.format_exc()
-        _write(os.path.join(directory, f"error.{rank}"), (_travelling(e), text))
+        _write(error_path(directory, rank), (_travelling(e), text))
         sys.stderr.write(text)
         return 1
-    _write(os.path.join(directory, f"result.{rank}"), value)
+    _write(result_path(directory, rank), value)
     return 0
 
 

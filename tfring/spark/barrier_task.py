@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-from tfring.launch import addresses, variables
+from tfring.launch import addresses, function_rank, variables
 
 
 def _placement(context):
@@ -48,14 +48,14 @@ def _run_rank(directory, env, timeout):
 
 def _outcome(directory, rank, size, code):
     """The pickled return value, or raises with the rank's traceback (this fails the Spark stage)."""
-    error = os.path.join(directory, f"error.{rank}")
+    error = function_rank.error_path(directory, rank)
     if os.path.exists(error):
         import pickle
 
         with open(error, "rb") as f:
             _, text = pickle.load(f)
         raise RuntimeError(f"tfring.spark.run: rank {rank} of {size} failed:\n{text}")
-    result = os.path.join(directory, f"result.{rank}")
+    result = function_rank.result_path(directory, rank)
     if code != 0 or not os.path.exists(result):
         raise RuntimeError(f"tfring.spark.run: rank {rank} of {size} exited with code {code} without a result")
     with open(result, "rb") as f:
@@ -85,7 +85,7 @@ def make_task(call_bytes, secret, env, timeout):
         # Under Spark's own scratch directory: removed with the executor even when Spark kills this
         # task (a failed barrier stage) before the `with` can clean up.
         with tempfile.TemporaryDirectory(prefix="tfring-spark-", dir=SparkFiles.getRootDirectory()) as directory:
-            with open(os.path.join(directory, "call.pkl"), "wb") as f:
+            with open(function_rank.call_path(directory), "wb") as f:
                 f.write(call_bytes)
             rank_env = dict(os.environ, **_gpu_env(context), **env, **{
                 variables.RANK: str(rank), variables.SIZE: str(size), variables.LOCAL_RANK: str(local_rank),

@@ -24,10 +24,15 @@ from tfring.launch import variables as v
 _CLOCK_SKEW = 30.0  # seconds a rendezvous file may predate a reader's wait (hosts' clocks differ)
 
 
+def mpi4py_installed():
+    """Whether mpi4py can be imported here (without importing it: that would initialise MPI)."""
+    return importlib.util.find_spec("mpi4py") is not None
+
+
 def mpi_world(size):
     """(MPI's COMM_WORLD, whether tfring initialised MPI) through mpi4py when it loads and spans this
     job's `size` ranks, else (None, False)."""
-    if importlib.util.find_spec("mpi4py") is None:
+    if not mpi4py_installed():
         return None, False
     ours = "mpi4py.MPI" not in sys.modules
     try:
