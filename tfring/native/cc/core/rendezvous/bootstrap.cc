@@ -215,20 +215,9 @@ HostLayout layoutOf(const std::vector<Endpoint>& ring) {
   return hostLayout(machines);
 }
 
-}  // namespace
-
-std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
-  if (c.size == 1) return nullptr;
-  return connectGroup(c, store, allRanks(c.size), nullptr);
-}
-
-Rings connectRings(const Config& c, Store& store) {
-  Rings rings;
-  if (c.size == 1) return rings;
-  std::vector<Endpoint> world;
-  rings.world = connectGroup(c, store, allRanks(c.size), &world);
-  const HostLayout layout = layoutOf(world);
-  if (!useHierarchical(c.allreduceAlgorithm, layout)) return rings;
+// The ring inside this rank's host and the one across hosts, for the hierarchical allreduce.
+void addHostRings(const Config& c, Store& store, const HostLayout& layout, const std::vector<Endpoint>& world,
+                  Rings* rings) {
   // Hosts' ranks are contiguous, so a rank's right neighbour inside its host ring is the one of
   // the world ring wherever the world link is shared memory: the single reader that the one
   // PR_SET_PTRACER a process can name (mapSegments) lets read its buffers is the same in both.
@@ -237,10 +226,29 @@ Rings connectRings(const Config& c, Store& store) {
   for (int i = 0; i < perHost; ++i) local.push_back(host * perHost + i);
   for (int h = 0; h < layout.hosts; ++h) cross.push_back(h * perHost + index);
   const std::string transport = ringTransport(c.transport, world, c.mixedRing);
-  rings.local = connectSubring(c, store, "host" + std::to_string(host), local, transport);
-  rings.cross = connectSubring(c, store, "across" + std::to_string(index), cross, transport);
-  rings.localSize = perHost;
-  rings.hosts = layout.hosts;
+  rings->local = connectSubring(c, store, "host" + std::to_string(host), local, transport);
+  rings->cross = connectSubring(c, store, "across" + std::to_string(index), cross, transport);
+  rings->localSize = perHost;
+  rings->hosts = layout.hosts;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
+  if (c.size == 1) return nullptr;
+  auto ring = connectGroup(c, store, allRanks(c.size), nullptr);
+  leaveRendezvous(store, c, Deadline::after(c.rendezvousTimeout));
+  return ring;
+}
+
+Rings connectRings(const Config& c, Store& store) {
+  Rings rings;
+  if (c.size == 1) return rings;
+  std::vector<Endpoint> world;
+  rings.world = connectGroup(c, store, allRanks(c.size), &world);
+  const HostLayout layout = layoutOf(world);
+  if (useHierarchical(c.allreduceAlgorithm, layout)) addHostRings(c, store, layout, world, &rings);
+  leaveRendezvous(store, c, Deadline::after(c.rendezvousTimeout));
   return rings;
 }
 

@@ -72,4 +72,14 @@ void storeBarrier(Store& store, const std::string& name, int rank, int size, Dea
                   [&](int r) { return "barrier/" + name + "/" + std::to_string(r); }, deadline);
 }
 
+void leaveRendezvous(Store& store, const Config& c, Deadline deadline) {
+  auto key = [](int r) { return "left/" + std::to_string(r); };
+  if (c.rank != 0) {
+    store.set(key(c.rank), "1");
+    return;
+  }
+  store.set(key(0), "1");
+  gatherFromRanks(store, c, "finish the rendezvous", key, deadline);
+}
+
 }  // namespace tfring

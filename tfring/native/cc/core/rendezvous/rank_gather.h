@@ -23,4 +23,9 @@ std::vector<std::string> gatherFromRanks(Store& store, const Config& c, const st
 // Every rank calls it with the same name; returns when all have.
 void storeBarrier(Store& store, const std::string& name, int rank, int size, Deadline deadline);
 
+// The last store request of a rendezvous. Rank 0 serves the store and may exit as soon as its own
+// init returns (a script that only initialises), so it returns only once every other rank has said
+// it is done with the store; the others return at once.
+void leaveRendezvous(Store& store, const Config& c, Deadline deadline);
+
 }  // namespace tfring

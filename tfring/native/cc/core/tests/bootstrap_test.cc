@@ -1,8 +1,11 @@
 // Joining the ring (bootstrap.h, ring_links.h): settings every rank must share, and strangers on
 // the data ports during rendezvous.
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "algorithms/allreduce_ring.h"
@@ -92,4 +95,54 @@ TEST(rendezvous_is_not_delayed_by_strangers_on_the_data_port) {
   });
   CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 5.0);
   CHECK_EQ(strangers.size(), size_t{14});
+}
+
+namespace {
+
+// The store as the other ranks see it when rank 0's process (which serves it) exits the moment its
+// rendezvous returns: every later request fails as a closed connection does. The other ranks'
+// requests are slowed so that any of them still inside the rendezvous is caught there.
+class StoreOfRankZero : public Store {
+ public:
+  StoreOfRankZero(std::shared_ptr<Store> inner, std::shared_ptr<std::atomic<bool>> gone, int rank)
+      : inner_(std::move(inner)), gone_(std::move(gone)), rank_(rank) {}
+  void set(const std::string& key, const std::string& value) override { reach()->set(key, value); }
+  std::string get(const std::string& key, Deadline deadline) override { return reach()->get(key, deadline); }
+  int64_t add(const std::string& key, int64_t delta) override { return reach()->add(key, delta); }
+  bool tryGet(const std::string& key, std::string* value) override { return reach()->tryGet(key, value); }
+
+ private:
+  Store* reach() {
+    if (rank_ != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (*gone_) throw PeerError(0, "rendezvous store closed the connection (rank 0 exited)");
+    return inner_.get();
+  }
+  std::shared_ptr<Store> inner_;
+  std::shared_ptr<std::atomic<bool>> gone_;
+  int rank_;
+};
+
+}  // namespace
+
+TEST(rank_zero_may_exit_as_soon_as_its_rendezvous_returns) {
+  for (const char* algorithm : {"ring", "hierarchical"}) {
+    auto shared = std::make_shared<HashStore>();
+    auto gone = std::make_shared<std::atomic<bool>>(false);
+    std::string job = uniqueJob();
+    std::vector<std::string> errors(4);
+    tfring_test::spawn(4, [&](int r) {
+      Config c = rankConfig(r, 4, allModes()[3], job);
+      c.allreduceAlgorithm = algorithm;
+      c.rendezvousTimeout = 20;
+      PrefixStore ps(job, std::make_shared<StoreOfRankZero>(shared, gone, r));
+      try {
+        Rings rings = connectRings(c, ps);
+        if (r == 0) *gone = true;
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+    for (int r = 0; r < 4; ++r) CHECK_EQ(algorithm + (": rank " + std::to_string(r) + ": ") + errors[r],
+                                         algorithm + (": rank " + std::to_string(r) + ": "));
+  }
 }
