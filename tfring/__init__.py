@@ -15,6 +15,7 @@ from tfring.runtime import local_size
 from tfring.runtime import rank
 from tfring.runtime import shutdown
 from tfring.runtime import size
+from tfring.runtime import traffic
 from tfring.runtime import transport_name
 from tfring.lr_scaling import scale_learning_rate
 from tfring.chief import RankFilter
@@ -27,7 +28,7 @@ from tfring.launch.function_launcher import run
 register_when_keras_loads()
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "transport_name", "ops", "RingStrategy", "optimizers", "callbacks", "schedules",
+           "transport_name", "traffic", "ops", "RingStrategy", "optimizers", "callbacks", "schedules",
            "data", "scale_learning_rate", "is_chief", "print0", "RankFilter", "broadcast_object",
            "allgather_object", "run"]
 

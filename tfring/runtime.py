@@ -140,6 +140,34 @@ def local_size():
     return _topology()[3]
 
 
+# OpKind's order in the core (engine/request.h): the index of each kind in tfring_traffic's arrays.
+_KINDS = ("allreduce", "broadcast", "allgather", "barrier")
+
+
+def traffic():
+    """Returns what this rank's collectives have carried since `init()`, per kind.
+
+    Counts collectives that finished without error, and the bytes of their inputs on this rank
+    (an allreduce of 1 MiB of gradients counts 1 MiB, whatever the ring sent to do it). A job
+    of one rank runs no collectives: every count stays 0.
+
+    Returns:
+        A dict: {"allreduce": {"calls": int, "bytes": int}, "broadcast": ..., "allgather": ...,
+        "barrier": ...}.
+
+    Example:
+
+    >>> before = tfring.traffic()["allreduce"]["bytes"]
+    >>> model.fit(x, y, epochs=1)
+    >>> print(tfring.traffic()["allreduce"]["bytes"] - before, "bytes all-reduced")
+    """
+    _topology()
+    calls = (ctypes.c_int64 * len(_KINDS))()
+    sent = (ctypes.c_int64 * len(_KINDS))()
+    _c().tfring_traffic(calls, sent, len(_KINDS))
+    return {kind: {"calls": calls[k], "bytes": sent[k]} for k, kind in enumerate(_KINDS)}
+
+
 def transport_name():
     """Returns the transport in use: "shm (single-copy)", "shm", "tcp" or "none (1 rank)".
 

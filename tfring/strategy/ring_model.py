@@ -4,6 +4,8 @@
 on_batch) recognise it without importing it: they sit below it in the strategy package.
 """
 
+import contextlib
+
 
 class RingStrategyBase:
     """What tfring's Keras wrappers know of a `RingStrategy`: this process's rank and the job size.
@@ -37,3 +39,27 @@ def ring_strategy_of(model):
     if isinstance(strategy, RingStrategyBase) and strategy.size > 1:
         return strategy
     return None
+
+
+@contextlib.contextmanager
+def tracing_flag(extended, name):
+    """Sets the strategy's `extended.<name>` to True while the code inside is traced.
+
+    How a wrapper tells `RingExtended`'s reductions what they are reducing (an assign_add's delta,
+    gradients already zeroed for a rank without rows); the previous value comes back after.
+
+    Args:
+        extended: a strategy's `extended`.
+        name: the attribute, e.g. `"updating_by_delta"`.
+
+    Example:
+
+    >>> with tracing_flag(variable._distribute_strategy.extended, "updating_by_delta"):
+    ...     variable.assign_add(delta)
+    """
+    previous = getattr(extended, name, False)
+    setattr(extended, name, True)
+    try:
+        yield
+    finally:
+        setattr(extended, name, previous)

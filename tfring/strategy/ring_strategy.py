@@ -37,6 +37,7 @@ from tfring.strategy import ring_model
 from tfring.strategy import reporting
 from tfring.strategy import scope_check
 from tfring.strategy import shared_seed
+from tfring.strategy import gradient_accumulation
 from tfring.strategy import sparse_gradients
 from tfring.strategy import step_rows
 
@@ -79,6 +80,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self._sparse_as_dense = sparse_as_dense
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
+        self.gradients_zeroed = False  # a rank without rows already zeroed its gradients (gradient_accumulation)
 
     # ---- replicas ----
     @property
@@ -97,6 +99,10 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     # ---- variables ----
     def _create_variable(self, next_creator, **kwargs):
+        if gradient_accumulation.is_accumulator(kwargs):
+            # Each rank's own partial sum, all-reduced only when applied (gradient_accumulation).
+            kwargs.update(synchronization=tf.VariableSynchronization.ON_READ,
+                          aggregation=tf.VariableAggregation.SUM)
         synchronization = kwargs.get("synchronization", tf.VariableSynchronization.AUTO)
         if synchronization == tf.VariableSynchronization.ON_READ:
             # Read through _reduce_to: a metric's result() outside the step is global.
@@ -243,7 +249,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         sparse = [k for k, v in enumerate(values) if isinstance(v, tf.IndexedSlices)]
         reduced = list(values)
         dense_values = [values[k] for k in dense]
-        if self.step_rows is not None and dense_values:
+        if self.step_rows is not None and dense_values and not self.gradients_zeroed:
             dense_values = self.step_rows.zero_if_empty(dense_values)  # a rank without rows adds nothing
         for k, r in zip(dense, self._reduce_values(reduce_op, dense_values)):
             reduced[k] = r
@@ -351,6 +357,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         checkpointing.install()
         scope_check.install()
         step_rows.install()
+        gradient_accumulation.install()
         reporting.install()
         on_batch.install()
         shared_seed.agree_on_global_seed(self.rank, self.size)

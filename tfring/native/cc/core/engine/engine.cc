@@ -71,6 +71,7 @@ void Engine::execute(Request& r) {
   const Deadline deadline = Deadline::after(config_.collectiveTimeout);
   try {
     run(r, deadline);
+    traffic_.count(r);
     r.done(Status());
   } catch (const PeerError& e) {
     r.done(fail(std::string("tfring.") + kindName(r.kind) + " '" + r.name + "' failed on rank " +

@@ -24,6 +24,7 @@
 #include "common.h"
 #include "config.h"
 #include "engine/request.h"
+#include "engine/traffic.h"
 #include "rendezvous/store.h"
 #include "status.h"
 #include "transport/rings.h"
@@ -40,6 +41,7 @@ class Engine {
   // Never blocks; `done` runs on the engine thread (or here, if the engine already failed).
   void enqueue(Request request);
   std::string transportName() const;
+  const Traffic& traffic() const { return traffic_; }
 
  private:
   void loop();
@@ -70,6 +72,7 @@ class Engine {
   std::deque<Request> queue_;
   bool stop_ = false;
   Status failure_;
+  Traffic traffic_;
   std::thread thread_;
 };
 
