@@ -80,7 +80,7 @@ CASES = {
     "spe1": (1797, 140, "tfdata", 1), "spe2": (1797, 140, "tfdata", 2),
     "spe4": (1797, 140, "numpy", 4), "spe8": (1797, 140, "validation_data", 8),
     "batchnorm": (9, 8, "numpy", 1, True),
-    # Keras' gradient accumulators are assigned inside the step (averaged deltas, not statistics).
+    # Keras' gradient accumulators: each rank's own partial sums, all-reduced when applied.
     "accumulate": (501, 64, "numpy", 1, False, {"accumulate": 3}),
     # LossScaleOptimizer asks every rank "are my gradients finite?": a rank without rows has no say.
     "lossscale": (9, 8, "numpy", 1, True, {"loss_scale": True}),

@@ -1,5 +1,6 @@
-"""Averaging, across ranks, the non-trainable variables a step assigns (batch-norm statistics,
-gradient accumulators), when the ranks hold different numbers of rows.
+"""Averaging, across ranks, the non-trainable variables a step assigns (batch-norm statistics, a
+custom layer's running sums), when the ranks hold different numbers of rows. Keras' gradient
+accumulators are not among them: each rank keeps its own (gradient_accumulation).
 
 `RingStrategy` makes such variables mirrored with MEAN aggregation, so each assignment inside a
 step is averaged over the ranks. With every rank holding rows that is a plain mean (as before).
@@ -8,8 +9,8 @@ Otherwise the kind of assignment decides:
 - `assign(new_value)` (a batch-norm moving average): the new values are weighted by each rank's
   share of the rows, so the moving mean follows the global batch's mean, and a rank with no rows
   (whose statistics of nothing are NaN) has no say;
-- `assign_add(delta)` / `assign_sub(delta)` (Keras' gradient accumulators): the deltas are
-  averaged over all ranks as before, a rank with no rows adding zero (not NaN).
+- `assign_add(delta)` / `assign_sub(delta)`: the deltas are averaged over all ranks as before, a
+  rank with no rows adding zero (not NaN).
 
 `MIRRORED_CLASSES` is the variable class mapping that records which kind is running.
 """

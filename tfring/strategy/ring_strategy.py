@@ -237,7 +237,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             rows = self.step_rows
             local = tf.convert_to_tensor(local)
             if rows is not None and reduce_op == tf.distribute.ReduceOp.MEAN and local.dtype.is_floating:
-                # A variable assigned in the step (batch-norm statistics, gradient accumulators).
+                # A variable assigned in the step (batch-norm statistics).
                 return rank_statistics.mean_over_ranks(rows, local, self.updating_by_delta)
             return self._reduce_values(reduce_op, [local])[0]
 
