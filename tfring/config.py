@@ -82,7 +82,7 @@ ALLREDUCE = Kind(str, lambda v: _require(v in ("auto", "ring", "hierarchical"), 
                  "'auto', 'ring' or 'hierarchical'")
 
 
-def setting(default, kind, meaning, env=None, shown_default=None):
+def setting(default, kind, meaning, env=None, shown_default=None, core=True):
     """Declares one configuration field: its default, kind, meaning and environment variable.
 
     Args:
@@ -91,6 +91,7 @@ def setting(default, kind, meaning, env=None, shown_default=None):
         meaning: one line for the README's table and for messages.
         env: the environment variable that sets it, or None (argument only).
         shown_default: how the README shows the default, when not `str(default)`.
+        core: whether the C++ core reads it (False: only Python does, e.g. `RingStrategy`).
 
     Returns:
         A `dataclasses.field` carrying the facts as metadata.
@@ -99,7 +100,7 @@ def setting(default, kind, meaning, env=None, shown_default=None):
 
     >>> timeout: float = setting(60.0, SECONDS, "seconds a collective may stall", env="TFRING_TIMEOUT")
     """
-    facts = {"kind": kind, "meaning": meaning, "env": env,
+    facts = {"kind": kind, "meaning": meaning, "env": env, "core": core,
              "shown_default": str(default) if shown_default is None else shown_default}
     return dataclasses.field(default=default, metadata=facts)
 
@@ -129,6 +130,10 @@ class Config:
         allreduce_algorithm: `"auto"` (tfring picks by the layout), `"ring"` (one ring over every
             rank) or `"hierarchical"` (reduce inside each host, allreduce across hosts, share
             inside each host; needs the same number of ranks on every host, placed host by host).
+        bucket_bytes: `RingStrategy` cuts the gradients into buckets of about this many bytes, in
+            the order the backward pass produces them, and starts each bucket's allreduce as soon
+            as its gradients exist, so communication overlaps the rest of the backward pass.
+            0: one allreduce of every gradient after the backward pass.
 
     Example:
 
@@ -165,6 +170,10 @@ class Config:
                                        "(inside each host, then across hosts; equal ranks per host, placed "
                                        "host by host) or `auto` (hierarchical where the layout allows)",
                                        env="TFRING_ALLREDUCE")
+    bucket_bytes: int = setting(4 * MiB, BYTES, "`RingStrategy`: bytes of gradients per bucket; each bucket's "
+                                "allreduce starts as soon as its gradients exist, overlapping the backward pass "
+                                "(0: one allreduce after the backward pass)", env="TFRING_BUCKET_BYTES",
+                                core=False)
 
     @classmethod
     def resolve(cls, environ=None, **arguments):
@@ -227,7 +236,8 @@ class Config:
                  "local_size": job.local_size, "store_host": job.store_host, "store_port": job.store_port,
                  "secret": job.secret, "job_id": job.job_id}
         for field in dataclasses.fields(self):
-            lines[field.name] = field.metadata["kind"].to_record(getattr(self, field.name))
+            if field.metadata["core"]:
+                lines[field.name] = field.metadata["kind"].to_record(getattr(self, field.name))
         return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 

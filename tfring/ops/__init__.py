@@ -5,7 +5,7 @@ The names load on first use, so `import tfring` (and the `tfring run` launcher) 
 TensorFlow.
 """
 
-__all__ = ["allreduce", "broadcast", "allgather", "barrier", "broadcast_variables", "lars_update"]
+__all__ = ["allreduce", "allreduce_buckets", "broadcast", "allgather", "barrier", "broadcast_variables", "lars_update"]
 
 
 def __getattr__(name):

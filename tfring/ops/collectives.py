@@ -81,6 +81,56 @@ def allreduce(tensors, op="sum", name=None):
     return result[0] if single else list(result)
 
 
+def allreduce_buckets(buckets, op="sum", name=None):
+    """All-reduces lists of tensors as one collective each, starting each as soon as its tensors exist.
+
+    In a graph, each bucket is a start op that depends only on the bucket's own tensors (and on
+    the previous bucket's start, which returns at once, so every rank submits them in the same
+    order) and a done op that completes with the bucket's collective. The first buckets travel
+    while the tensors of later ones are still being computed: give gradients in the order the
+    backward pass produces them (last layer first). Eagerly, the buckets run one after another.
+
+    Args:
+        buckets: a list of lists of tensors; a bucket of several dtypes runs as one collective per dtype.
+        op: as for `allreduce`.
+        name: optional op name prefix.
+
+    Returns:
+        A list of lists of reduced tensors, shaped like `buckets`; identical on every rank.
+
+    Raises:
+        As `allreduce`.
+
+    Example:
+
+    >>> grads = [tf.ones([2]), tf.ones([3])]
+    >>> tfring.ops.allreduce_buckets([grads[1:], grads[:1]], op="mean")
+    """
+    checks.choice("tfring.allreduce_buckets", "op", op, REDUCE_OPS)
+    buckets = [_as_list("allreduce_buckets", list(b), _REDUCE_DTYPES)[1] for b in buckets]
+    if tf.executing_eagerly():
+        return [allreduce(b, op=op, name=name) if b else [] for b in buckets]
+    lib = _ops()
+    started = []  # (bucket index, positions in it, buffers, ticket)
+    for k, bucket in enumerate(buckets):
+        for dtype in dict.fromkeys(t.dtype for t in bucket):
+            idx = [i for i, t in enumerate(bucket) if t.dtype == dtype]
+            # The ticket first: `ordered` makes the op of the first output the chain's last link.
+            ticket, buffers = ordering.ordered(lambda idx=idx, bucket=bucket: _ticket_first(
+                lib.tfring_allreduce_start([bucket[i] for i in idx], reduce_op=op, name=name)))
+            started.append((k, idx, buffers, ticket))
+    reduced = [[None] * len(b) for b in buckets]
+    for k, idx, buffers, ticket in started:
+        for i, r in zip(idx, lib.tfring_allreduce_done(buffers, ticket)):
+            reduced[k][i] = r
+    return reduced
+
+
+def _ticket_first(started):
+    buffers, ticket = started
+    return [ticket, buffers]
+
+
 def broadcast(tensors, root_rank=0, name=None):
     """Copies tensors from `root_rank` to every rank.
 

@@ -10,8 +10,9 @@ where one does (PyTorch's `no_sync`, Horovod's `backward_passes_per_step`). So:
 - accumulators are each rank's own (`is_accumulator`): sync-on-read with SUM aggregation, so a
   step reads and updates this rank's partial sum, and reading one outside a step (a checkpoint
   being saved) gives the sum over the ranks;
-- a rank with no rows in a micro-step adds zeros (gradients of an empty batch may be NaN): the
-  wrap of `_backend_apply_gradients` zeroes them before Keras accumulates or applies them, and the
+- a rank with no rows in a micro-step adds zeros (gradients of an empty batch may be NaN): with
+  accumulation on, the wrap of `_backend_apply_gradients` zeroes them (one decision for the whole
+  list) before Keras accumulates or applies them, and the
   step's gradient reduction then leaves what it is given alone (`RingExtended.gradients_zeroed`),
   so what a rank accumulated still counts on a micro-step where it holds no rows.
 
@@ -48,7 +49,8 @@ def is_accumulator(kwargs):
 def _zero_where_no_rows(original):
     def wrapper(self, grads, trainable_variables):
         rows = step_rows.current()
-        if rows is None:
+        if rows is None or not self.gradient_accumulation_steps:
+            # Without accumulation the step's gradient reduction zeroes them, bucket by bucket.
             return original(self, grads, trainable_variables)
         dense = [k for k, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
         grads = list(grads)

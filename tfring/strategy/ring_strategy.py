@@ -26,11 +26,13 @@ from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.distribute import values as values_lib
 
 from tfring import checks
+from tfring import config
 from tfring import runtime
 from tfring.ops import collectives
 from tfring.ops import ordering
 from tfring.strategy import checkpointing
 from tfring.strategy import input_sharding
+from tfring.strategy import inter_op_threads
 from tfring.strategy import on_batch
 from tfring.strategy import rank_statistics
 from tfring.strategy import ring_model
@@ -38,6 +40,7 @@ from tfring.strategy import reporting
 from tfring.strategy import scope_check
 from tfring.strategy import shared_seed
 from tfring.strategy import gradient_accumulation
+from tfring.strategy import gradient_buckets
 from tfring.strategy import sparse_gradients
 from tfring.strategy import step_rows
 
@@ -72,8 +75,10 @@ class _RingReplicaContext(distribute_lib.ReplicaContext):
 class RingExtended(one_device_strategy.OneDeviceExtended):
     """The strategy's implementation; see the module docstring for what each override is for."""
 
-    def __init__(self, container_strategy, device, rank, size, compression, sparse_as_dense=False):
+    def __init__(self, container_strategy, device, rank, size, compression, sparse_as_dense=False,
+                 bucket_bytes=0):
         super().__init__(container_strategy, device)
+        self._bucket_bytes = bucket_bytes
         self._rank = rank
         self._size = size
         self._compression = compression
@@ -207,14 +212,38 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         if self._size == 1 or not tensors:
             return tensors
+        return self._reduce_buckets(reduce_op, [tensors])[0]
+
+    def _reduce_buckets(self, reduce_op, buckets):
+        """Each bucket (a list of tensors) all-reduced as one collective, in the wire type."""
         op = "mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum"
         wire = self._compression
-        if wire is not None:
-            casts = [t.dtype.is_floating and t.dtype != wire for t in tensors]
-            sent = [tf.cast(t, wire) if c else t for t, c in zip(tensors, casts)]
-            reduced = collectives.allreduce(sent, op=op)
-            return [tf.cast(r, t.dtype) if c else r for r, t, c in zip(reduced, tensors, casts)]
-        return collectives.allreduce(tensors, op=op)
+
+        def send(t):
+            return tf.cast(t, wire) if wire is not None and t.dtype.is_floating and t.dtype != wire else t
+
+        sent = [[send(t) for t in bucket] for bucket in buckets]
+        if len(sent) == 1:
+            reduced = [collectives.allreduce(sent[0], op=op)]
+        else:
+            reduced = collectives.allreduce_buckets(sent, op=op)
+        return [[tf.cast(r, t.dtype) if r.dtype != t.dtype else r for r, t in zip(rs, ts)]
+                for rs, ts in zip(reduced, buckets)]
+
+    def _reduce_gradients(self, reduce_op, values):
+        """Dense gradients, all-reduced in buckets (gradient_buckets); a rank without rows adds zeros."""
+        values = [tf.convert_to_tensor(v) for v in values]
+        bucket_bytes = self._bucket_bytes if gradient_buckets.applies(self._bucket_bytes, self._device) else 0
+        order = gradient_buckets.plan(values, bucket_bytes)
+        buckets = [[values[i] for i in idx] for idx in order]
+        if self.step_rows is not None and not self.gradients_zeroed:
+            # One decision per bucket, so that each bucket waits only for its own gradients.
+            buckets = [self.step_rows.zero_if_empty(b) for b in buckets]
+        reduced = [None] * len(values)
+        for idx, rs in zip(order, self._reduce_buckets(reduce_op, buckets)):
+            for i, r in zip(idx, rs):
+                reduced[i] = r
+        return reduced
 
     def _local_value(self, value):
         if isinstance(value, tf.IndexedSlices):
@@ -248,11 +277,9 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         dense = [k for k, v in enumerate(values) if not isinstance(v, tf.IndexedSlices)]
         sparse = [k for k, v in enumerate(values) if isinstance(v, tf.IndexedSlices)]
         reduced = list(values)
-        dense_values = [values[k] for k in dense]
-        if self.step_rows is not None and dense_values and not self.gradients_zeroed:
-            dense_values = self.step_rows.zero_if_empty(dense_values)  # a rank without rows adds nothing
-        for k, r in zip(dense, self._reduce_values(reduce_op, dense_values)):
-            reduced[k] = r
+        if dense and self._size > 1:
+            for k, r in zip(dense, self._reduce_gradients(reduce_op, [values[k] for k in dense])):
+                reduced[k] = r
         if sparse and self._size > 1:
             slices = sparse_gradients.reduce_slices([values[k] for k in sparse], self._size, self._sparse_as_dense,
                                                     mean=reduce_op == tf.distribute.ReduceOp.MEAN)
@@ -334,6 +361,11 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         sparse_as_dense: densify sparse gradients (an Embedding's `tf.IndexedSlices`) and
             all-reduce them. Default False: their rows are allgathered, unless so many rows are
             touched that the dense allreduce moves fewer bytes (see `sparse_gradients`).
+        bucket_bytes: about how many bytes of gradients travel together: each bucket's allreduce
+            starts as soon as the backward pass has produced its gradients, overlapping the rest
+            of the backward pass (see `gradient_buckets`). 0: one allreduce of every gradient
+            after the backward pass. None: `TFRING_BUCKET_BYTES`, else 4 MiB. Every rank must
+            use the same value.
 
     Example:
 
@@ -345,11 +377,14 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
     """
 
     def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None,
-                 sparse_as_dense=False):
+                 sparse_as_dense=False, bucket_bytes=None):
         wire = {None: None, "none": None, "fp16": tf.float16, "bf16": tf.bfloat16}
         checks.choice("RingStrategy", "compression", compression, tuple(wire))
         try:
-            runtime.init(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout)
+            settings = config.Config.resolve(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout,
+                                             bucket_bytes=bucket_bytes)
+            inter_op_threads.ensure_for_overlap(settings.bucket_bytes)  # before anything starts TensorFlow
+            runtime.init(settings)
         except Exception as e:
             raise RuntimeError(f"RingStrategy could not start tfring: {e}") from e
         self.rank = runtime.rank()
@@ -363,5 +398,6 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         shared_seed.agree_on_global_seed(self.rank, self.size)
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), runtime.local_rank())
-        extended = RingExtended(self, device, self.rank, self.size, wire[compression], bool(sparse_as_dense))
+        extended = RingExtended(self, device, self.rank, self.size, wire[compression], bool(sparse_as_dense),
+                                settings.bucket_bytes)
         distribute_lib.Strategy.__init__(self, extended)

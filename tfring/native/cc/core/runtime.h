@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "engine/engine.h"
+#include "engine/tickets.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store.h"
 
@@ -23,11 +24,14 @@ class Runtime {
   explicit Runtime(const Config& config);
   const Config& config() const { return config_; }
   Engine& engine() { return *engine_; }
+  // Collectives started by one op and waited for by another (gradient buckets).
+  Tickets& tickets() { return tickets_; }
 
  private:
   Config config_;
   std::unique_ptr<TcpStoreServer> server_;
   std::shared_ptr<Store> store_;
+  Tickets tickets_;  // before engine_: the engine's last callbacks may still reach it
   std::unique_ptr<Engine> engine_;
 };
 

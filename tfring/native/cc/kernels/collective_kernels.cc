@@ -86,6 +86,24 @@ ListCollectiveOp::ListCollectiveOp(OpKernelConstruction* c, OpKind kind) : Async
   }
 }
 
+absl::Status describeList(OpKernelContext* ctx, int count, Request* req) {
+  if (!coreType(ctx->input_dtype(0), &req->type)) return tensorflow::errors::InvalidArgument("tfring: unsupported dtype");
+  for (int i = 0; i < count; ++i) {
+    const Tensor& in = ctx->input(i);
+    Tensor* out = nullptr;
+    // Reusing a big input's buffer saves memory; for small tensors asking TF whether it may be
+    // reused costs more than a fresh allocation.
+    if (in.TotalBytes() >= kForwardAbove) {
+      TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out));
+    } else {
+      TF_RETURN_IF_ERROR(ctx->allocate_output(i, in.shape(), &out));
+    }
+    req->tensors.push_back({in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
+                            static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
+  }
+  return absl::OkStatus();
+}
+
 void ListCollectiveOp::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
   auto rt = runtimeOrFail(ctx);
   if (!rt) return done();
@@ -94,26 +112,12 @@ void ListCollectiveOp::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
   req.name = name();
   req.op = op_;
   req.root = root_;
-  OP_REQUIRES_ASYNC(ctx, coreType(ctx->input_dtype(0), &req.type),
-                    tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
   if (kind_ == OpKind::kBroadcast && root_ >= rt->config().size) {
     ctx->SetStatus(tensorflow::errors::InvalidArgument(
         "tfring.broadcast: root_rank ", root_, " is not a rank of this job of size ", rt->config().size));
     return done();
   }
-  for (int i = 0; i < ctx->num_inputs(); ++i) {
-    const Tensor& in = ctx->input(i);
-    Tensor* out = nullptr;
-    // Reusing a big input's buffer saves memory; for small tensors asking TF whether it may be
-    // reused costs more than a fresh allocation.
-    if (in.TotalBytes() >= kForwardAbove) {
-      OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out), done);
-    } else {
-      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, in.shape(), &out), done);
-    }
-    req.tensors.push_back({in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
-                           static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
-  }
+  OP_REQUIRES_OK_ASYNC(ctx, describeList(ctx, ctx->num_inputs(), &req), done);
   if (!prepare(ctx, *rt, &req)) return done();
   req.done = finisher(ctx, done);
   rt->engine().enqueue(std::move(req));
@@ -129,6 +133,66 @@ class AllreduceOp : public ListCollectiveOp {
 class BroadcastOp : public ListCollectiveOp {
  public:
   explicit BroadcastOp(OpKernelConstruction* c) : ListCollectiveOp(c, OpKind::kBroadcast) {}
+};
+
+// The first half of a bucket's allreduce (engine/tickets.h): hands it to the engine and returns a
+// ticket. Inputs and outputs are held until the collective has finished.
+class AllreduceStartOp : public tensorflow::OpKernel {
+ public:
+  explicit AllreduceStartOp(OpKernelConstruction* c) : OpKernel(c) {
+    std::string op;
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
+    op_ = parseReduceOp(op);
+  }
+
+  // Cheap (it only enqueues), so TF's executor runs it inline the moment its gradients exist,
+  // rather than queueing it behind the rest of the backward pass (its queues run newest first).
+  bool IsExpensive() override { return false; }
+
+  void Compute(OpKernelContext* ctx) override {
+    auto rt = runtimeOrFail(ctx);
+    if (!rt) return;
+    Request req;
+    req.kind = OpKind::kAllreduce;
+    req.name = name();
+    req.op = op_;
+    const int n = ctx->num_inputs();
+    OP_REQUIRES_OK(ctx, describeList(ctx, n, &req));
+    auto held = std::make_shared<std::vector<Tensor>>();
+    for (int i = 0; i < n; ++i) {
+      held->push_back(ctx->input(i));
+      held->push_back(*ctx->mutable_output(i));
+    }
+    Tensor* ticket = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(n, TensorShape({}), &ticket));
+    Engine& engine = rt->engine();
+    ticket->scalar<int64_t>()() = static_cast<int64_t>(
+        rt->tickets().start(std::move(req), held, [&engine](Request r) { engine.enqueue(std::move(r)); }));
+  }
+
+ private:
+  ReduceOp op_ = ReduceOp::kSum;
+};
+
+// The second half: completes when the ticket's collective has, passing its buffers on.
+class AllreduceDoneOp : public AsyncOpKernel {
+ public:
+  explicit AllreduceDoneOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = runtimeOrFail(ctx);
+    if (!rt) return done();
+    const int n = ctx->num_inputs() - 1;
+    const auto ticket = static_cast<uint64_t>(ctx->input(n).scalar<int64_t>()());
+    rt->tickets().redeem(ticket, [ctx, done, n](const Status& s) {
+      if (s.ok()) {
+        for (int i = 0; i < n; ++i) ctx->set_output(i, ctx->input(i));
+      } else {
+        ctx->SetStatus(toTf(s));
+      }
+      done();
+    });
+  }
 };
 
 class AllgatherOp : public AsyncOpKernel {
@@ -188,6 +252,8 @@ class BarrierOp : public AsyncOpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(tensorflow::DEVICE_CPU), AllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(tensorflow::DEVICE_CPU), BroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("TfringAllreduceStart").Device(tensorflow::DEVICE_CPU), AllreduceStartOp);
+REGISTER_KERNEL_BUILDER(Name("TfringAllreduceDone").Device(tensorflow::DEVICE_CPU), AllreduceDoneOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(tensorflow::DEVICE_CPU), AllgatherOp);
 REGISTER_KERNEL_BUILDER(Name("TfringBarrier").Device(tensorflow::DEVICE_CPU), BarrierOp);
 

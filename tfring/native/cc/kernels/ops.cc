@@ -29,6 +29,41 @@ Reduces every tensor of the list across all ranks of the tfring job, as one coll
 Each output has the shape of its input and holds the elementwise reduction over ranks.
 )doc");
 
+REGISTER_OP("TfringAllreduceStart")
+    .SetIsDistributedCommunication()
+    .Input("tensors: N * T")
+    .Output("buffers: N * T")
+    .Output("ticket: int64")
+    .Attr("T: {half, bfloat16, float, double, int32, int64}")
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      c->set_output(c->num_inputs(), c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Starts the allreduce of a list, as TfringAllreduce does, and returns at once: `buffers` will hold
+the result, which only TfringAllreduceDone(buffers, ticket) may read, once it has completed.
+)doc");
+
+REGISTER_OP("TfringAllreduceDone")
+    .SetIsDistributedCommunication()
+    .Input("buffers: N * T")
+    .Input("ticket: int64")
+    .Output("reduced: N * T")
+    .Attr("T: {half, bfloat16, float, double, int32, int64}")
+    .Attr("N: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i + 1 < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Completes when the allreduce started by TfringAllreduceStart has; `reduced` are its buffers.
+)doc");
+
 REGISTER_OP("TfringBroadcast")
     .SetIsDistributedCommunication()
     .Input("tensors: N * T")
