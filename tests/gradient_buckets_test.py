@@ -31,6 +31,17 @@ Y = (X[:, :4].mean(axis=(1, 2, 3)) > 0).astype("int32") + (X[:, 4:, :, 0].mean(a
 out = os.environ["OUT"]
 
 
+class NanOnEmpty(keras.layers.Layer):
+    """x * w, whose gradient for w is NaN on a batch without rows (0 * the mean of nothing) and
+    exactly that of x * w otherwise: what a rank without rows must not add to the sum."""
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=shape[1:], initializer="ones")
+
+    def call(self, x):
+        return x * self.w + 0.0 * self.w * tf.reduce_mean(x)
+
+
 def layers(conv):
     # TensorFlow's oneDNN Conv2D returns its input for an empty batch (TF 2.17), so the run where
     # a rank holds no rows uses dense layers only. (No batch normalization: it normalizes by each
@@ -38,7 +49,8 @@ def layers(conv):
     if conv:
         return [keras.layers.Conv2D(8, 3, activation="relu"), keras.layers.Conv2D(8, 3, activation="relu"),
                 keras.layers.Flatten()]
-    return [keras.layers.Flatten(), keras.layers.Dense(48, activation="relu"), keras.layers.Dense(24, activation="relu")]
+    return [keras.layers.Flatten(), keras.layers.Dense(48, activation="relu"), NanOnEmpty(),
+            keras.layers.Dense(24, activation="relu")]
 
 
 def run(name, bucket_bytes, rows, batch, conv=True):

@@ -59,6 +59,11 @@ def _seconds(value):
     return _require(math.isfinite(value) and float(value) > 0, float(value))
 
 
+def _seconds_or_off(value):
+    _require(_real(value), value)
+    return _require(math.isfinite(value) and float(value) >= 0, float(value))
+
+
 def _bytes(value):
     _require(_real(value) and int(value) == value, value)
     return _require(int(value) >= 0, int(value))
@@ -71,6 +76,7 @@ def _bool(value):
 
 
 SECONDS = Kind(float, _seconds, "a number of seconds > 0", repr)
+SECONDS_OR_OFF = Kind(float, _seconds_or_off, "a number of seconds >= 0 (0: off)", repr)
 BYTES = Kind(int, _bytes, "a whole number of bytes >= 0")
 FLAG = Kind(_flag, _bool, "0 or 1", lambda v: "1" if v else "0")
 TEXT = Kind(str, lambda v: _require(isinstance(v, str) and "\n" not in v, v), "text on one line")
@@ -87,7 +93,7 @@ def setting(default, kind, meaning, env=None, shown_default=None, core=True):
 
     Args:
         default: the value when neither an argument nor the environment gives one.
-        kind: a `Kind` (`SECONDS`, `BYTES`, `FLAG`, `TEXT`, `WORD`, `TRANSPORT`, `ALLREDUCE`).
+        kind: a `Kind` (`SECONDS`, `SECONDS_OR_OFF`, `BYTES`, `FLAG`, `TEXT`, `WORD`, `TRANSPORT`, `ALLREDUCE`).
         meaning: one line for the README's table and for messages.
         env: the environment variable that sets it, or None (argument only).
         shown_default: how the README shows the default, when not `str(default)`.
@@ -130,6 +136,8 @@ class Config:
         allreduce_algorithm: `"auto"` (tfring picks by the layout), `"ring"` (one ring over every
             rank) or `"hierarchical"` (reduce inside each host, allreduce across hosts, share
             inside each host; needs the same number of ranks on every host, placed host by host).
+        stall_warning: seconds a collective may wait before every waiting rank logs which ranks
+            have not submitted it (and again at that interval until `timeout`); 0 turns it off.
         bucket_bytes: `RingStrategy` cuts the gradients into buckets of about this many bytes, in
             the order the backward pass produces them, and starts each bucket's allreduce as soon
             as its gradients exist, so communication overlaps the rest of the backward pass.
@@ -170,6 +178,9 @@ class Config:
                                        "(inside each host, then across hosts; equal ranks per host, placed "
                                        "host by host) or `auto` (hierarchical where the layout allows)",
                                        env="TFRING_ALLREDUCE")
+    stall_warning: float = setting(10.0, SECONDS_OR_OFF, "seconds a collective may wait before every waiting "
+                                   "rank logs which ranks have not submitted it, repeated at that interval "
+                                   "until `timeout` (0: never)", env="TFRING_STALL_WARNING", shown_default="10")
     bucket_bytes: int = setting(4 * MiB, BYTES, "`RingStrategy`: bytes of gradients per bucket; each bucket's "
                                 "allreduce starts as soon as its gradients exist, overlapping the backward pass "
                                 "(0: one allreduce after the backward pass)", env="TFRING_BUCKET_BYTES",

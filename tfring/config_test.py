@@ -54,7 +54,8 @@ def test_the_record_for_the_core_is_complete_and_typed():
                       "rendezvous_timeout": "120.0", "transport": "auto", "single_copy": "0",
                       "fusion_threshold_bytes": "1000", "advertise_host": "", "store_request_timeout": "5.0",
                       "store_auth_timeout": "10.0", "store_frame_timeout": "30.0", "mixed_ring": "1",
-                      "host_id": "", "allreduce_algorithm": "auto"}
+                      "host_id": "", "allreduce_algorithm": "auto", "stall_warning": "10.0"}
+    assert "bucket_bytes" not in record  # RingStrategy's, not the core's
 
 
 def test_a_job_of_several_ranks_needs_the_store_port():
@@ -109,3 +110,10 @@ def test_the_launcher_sets_settings_by_their_declared_names():
     assert ENVIRONMENT[cluster.ADVERTISE_HOST] == "advertise_host"
     assert ENVIRONMENT[cluster.HOST_ID] == "host_id"
     assert ENVIRONMENT[cluster.TIMEOUT] == "timeout"
+
+
+def test_the_stall_warning_may_be_off_but_not_negative():
+    assert Config.resolve(environ={"TFRING_STALL_WARNING": "0"}).stall_warning == 0.0
+    assert Config.resolve(environ={}, stall_warning=2.5).stall_warning == 2.5
+    with pytest.raises(ValueError, match=r"stall_warning must be a number of seconds >= 0 \(0: off\), got -1"):
+        Config.resolve(environ={}, stall_warning=-1)

@@ -11,6 +11,8 @@ buckets' collectives line up across ranks.
 
 import tensorflow as tf
 
+from tfring.ops import collectives
+
 
 def _nbytes(tensor):
     elements = tf.TensorShape(tensor.shape).num_elements()
@@ -50,21 +52,29 @@ def plan(tensors, bucket_bytes):
     return buckets
 
 
-def applies(bucket_bytes, device):
-    """Whether gradients on `device` are reduced in buckets (a graph, a CPU replica, buckets on).
+def agreed(bucket_bytes, device, size):
+    """The job's `bucket_bytes`: 0 unless every rank's replica is on a CPU.
 
-    The start/done ops of a bucket have CPU kernels only; a GPU replica reduces its gradients in
-    one collective after the backward pass.
+    The start/done ops of a bucket have CPU kernels only, so a GPU replica reduces its gradients
+    in one collective after the backward pass; every rank must cut its gradients alike, so one
+    GPU rank turns buckets off for the whole job (one small collective, at the strategy's start).
 
     Args:
-        bucket_bytes: the strategy's setting.
-        device: the replica's device string.
+        bucket_bytes: this rank's setting (the same on every rank, or the first step fails with a
+            mismatch error naming the tensors).
+        device: this rank's replica device string.
+        size: the number of ranks.
 
     Returns:
-        bool.
+        `bucket_bytes` or 0.
 
     Example:
 
-    >>> applies(25 << 20, "/cpu:0")
+    >>> agreed(4 << 20, "/cpu:0", 2)
+    4194304
     """
-    return bool(bucket_bytes) and not tf.executing_eagerly() and "gpu" not in device.lower()
+    on_cpu = tf.DeviceSpec.from_string(device).device_type in (None, "CPU")
+    if not bucket_bytes or size == 1:
+        return bucket_bytes if on_cpu else 0
+    everywhere = collectives.allreduce(tf.constant(1 if on_cpu else 0, tf.int32), op="min")
+    return bucket_bytes if int(everywhere) == 1 else 0

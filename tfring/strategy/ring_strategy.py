@@ -233,8 +233,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
     def _reduce_gradients(self, reduce_op, values):
         """Dense gradients, all-reduced in buckets (gradient_buckets); a rank without rows adds zeros."""
         values = [tf.convert_to_tensor(v) for v in values]
-        bucket_bytes = self._bucket_bytes if gradient_buckets.applies(self._bucket_bytes, self._device) else 0
-        order = gradient_buckets.plan(values, bucket_bytes)
+        order = gradient_buckets.plan(values, 0 if tf.executing_eagerly() else self._bucket_bytes)
         buckets = [[values[i] for i in idx] for idx in order]
         if self.step_rows is not None and not self.gradients_zeroed:
             # One decision per bucket, so that each bucket waits only for its own gradients.
@@ -398,6 +397,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         shared_seed.agree_on_global_seed(self.rank, self.size)
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), runtime.local_rank())
+        bucket_bytes = gradient_buckets.agreed(settings.bucket_bytes, device, self.size)
         extended = RingExtended(self, device, self.rank, self.size, wire[compression], bool(sparse_as_dense),
-                                settings.bucket_bytes)
+                                bucket_bytes)
         distribute_lib.Strategy.__init__(self, extended)

@@ -101,6 +101,7 @@ const Field kFields[] = {
     {"mixed_ring", setFlag<&Config::mixedRing>},
     {"host_id", setWord<&Config::hostId>},
     {"allreduce_algorithm", setAllreduceAlgorithm},
+    {"stall_warning", setSeconds<&Config::stallWarning>},
 };
 constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "algorithms/allgather_ring.h"
@@ -13,7 +14,11 @@
 namespace tfring {
 
 Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store)
-    : config_(config), rings_(std::move(rings)), store_(std::move(store)) {
+    : config_(config),
+      rings_(std::move(rings)),
+      store_(std::move(store)),
+      stall_(config.rank, config.size, config.stallWarning, config.collectiveTimeout, store_,
+             [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -69,6 +74,11 @@ void Engine::loop() {
 
 void Engine::execute(Request& r) {
   const Deadline deadline = Deadline::after(config_.collectiveTimeout);
+  stall_.begin(executed_++, &r);
+  struct Ended {
+    StallWatch& watch;
+    ~Ended() { watch.end(); }
+  } ended{stall_};
   try {
     run(r, deadline);
     traffic_.count(r);

@@ -9,7 +9,8 @@
 // A grouped allreduce is cut into fused passes
 // (fusion_plan.h). A peer that dies or stalls fails the collective with kUnavailable naming the
 // rank, and from then on every pending and future collective fails at once: the ring cannot heal,
-// and waiting would only hang.
+// and waiting would only hang. A collective that waits longer than stall_warning logs which ranks
+// have not submitted it (stall_watch.h).
 #pragma once
 
 #include <condition_variable>
@@ -24,6 +25,7 @@
 #include "common.h"
 #include "config.h"
 #include "engine/request.h"
+#include "engine/stall_watch.h"
 #include "engine/traffic.h"
 #include "rendezvous/store.h"
 #include "status.h"
@@ -73,6 +75,8 @@ class Engine {
   bool stop_ = false;
   Status failure_;
   Traffic traffic_;
+  uint64_t executed_ = 0;  // collectives run so far: the next one's index, the same on every rank
+  StallWatch stall_;
   std::thread thread_;
 };
 

@@ -42,7 +42,7 @@ void Tickets::redeem(uint64_t ticket, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(ticket);
-    if (it == entries_.end()) {
+    if (it == entries_.end() || it->second.waiter) {
       s = Status::error(Code::kInvalidArgument,
                         "collective ticket " + std::to_string(ticket) + " is unknown or was already waited for");
     } else if (!it->second.finished) {

@@ -25,7 +25,8 @@ class Tickets {
   // Wraps `request.done` so the outcome is kept under the returned ticket, then `submit`s it.
   uint64_t start(Request request, std::shared_ptr<void> keep, const std::function<void(Request)>& submit);
   // Calls `done` once the ticket's collective has finished (at once, here, if it has), and
-  // forgets the ticket. An unknown or already redeemed ticket gets kInvalidArgument.
+  // forgets the ticket. An unknown ticket, or one already redeemed (finished or not), gets
+  // kInvalidArgument. A ticket never redeemed (its step was cancelled) keeps only its outcome.
   void redeem(uint64_t ticket, Done done);
   // Tickets started and not yet redeemed.
   size_t outstanding() const;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "rendezvous/store.h"
@@ -184,6 +185,10 @@ TEST(tcp_store_survives_random_bytes) {
     } catch (const Error&) {
     }
   }
+  // The server refuses on its own thread: give it time to reach the junk (it failed at once on a
+  // loaded machine before the server had read any).
+  const Deadline refused = Deadline::after(5);
+  while (server.refusedCount() == 0 && !refused.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(server.refusedCount() > 0);
   TcpStore ok("127.0.0.1", server.port(), "secret", kStoreRequestTimeout, Deadline::after(5));
   CHECK_EQ(ok.add("n", 1), 1);

@@ -74,6 +74,9 @@ TEST(tickets_waiter_registered_first_runs_when_the_collective_finishes) {
   bool ran = false;
   tickets.redeem(id, [&ran](const Status& s) { ran = s.ok(); });
   CHECK(!ran);
+  Status twice;
+  tickets.redeem(id, [&twice](const Status& s) { twice = s; });  // the first waiter stays
+  CHECK(twice.code == Code::kInvalidArgument);
   held.done(Status{});
   CHECK(ran);
   CHECK_EQ(tickets.outstanding(), size_t{0});
