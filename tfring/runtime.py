@@ -148,12 +148,14 @@ def traffic():
     """Returns what this rank's collectives have carried since `init()`, per kind.
 
     Counts collectives that finished without error, and the bytes of their inputs on this rank
-    (an allreduce of 1 MiB of gradients counts 1 MiB, whatever the ring sent to do it). A job
-    of one rank runs no collectives: every count stays 0.
+    (an allreduce of 1 MiB of gradients counts 1 MiB, whatever the ring sent to do it), and the
+    seconds this rank waited at the start of collectives for the other ranks to arrive (a rank
+    that waits least is the one the others wait for: see `tfring.callbacks.StragglerReport`). A
+    job of one rank runs no collectives: every count stays 0.
 
     Returns:
-        A dict: {"allreduce": {"calls": int, "bytes": int}, "broadcast": ..., "allgather": ...,
-        "barrier": ...}.
+        A dict: {"allreduce": {"calls": int, "bytes": int, "waited_seconds": float},
+        "broadcast": ..., "allgather": ..., "barrier": ...}.
 
     Example:
 
@@ -162,10 +164,10 @@ def traffic():
     >>> print(tfring.traffic()["allreduce"]["bytes"] - before, "bytes all-reduced")
     """
     _topology()
-    calls = (ctypes.c_int64 * len(_KINDS))()
-    sent = (ctypes.c_int64 * len(_KINDS))()
-    _c().tfring_traffic(calls, sent, len(_KINDS))
-    return {kind: {"calls": calls[k], "bytes": sent[k]} for k, kind in enumerate(_KINDS)}
+    calls, sent, waited = ((ctypes.c_int64 * len(_KINDS))() for _ in range(3))
+    _c().tfring_traffic(calls, sent, waited, len(_KINDS))
+    return {kind: {"calls": calls[k], "bytes": sent[k], "waited_seconds": waited[k] / 1e9}
+            for k, kind in enumerate(_KINDS)}
 
 
 def transport_name():

@@ -130,5 +130,5 @@ def _declare(c):
                                        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
                                        ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
     c.tfring_barrier_raw.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    c.tfring_traffic.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+    c.tfring_traffic.argtypes = [ctypes.POINTER(ctypes.c_int64)] * 3 + [ctypes.c_int]
     c.tfring_traffic.restype = ctypes.c_int

@@ -107,12 +107,14 @@ int tfring_allreduce_raw(int n, const void* const* in, void* const* out, const i
 
 // This rank's collectives since init (engine/traffic.h), per kind in OpKind order: calls[k] and
 // bytes[k] for k < n. Returns 0, or -1 before init.
-int tfring_traffic(int64_t* calls, int64_t* bytes, int n) {
+int tfring_traffic(int64_t* calls, int64_t* bytes, int64_t* waitedNs, int n) {
   auto rt = Runtime::current();
   if (!rt) return -1;
   for (int k = 0; k < n && k < tfring::Traffic::kKinds; ++k) {
-    calls[k] = rt->engine().traffic().calls(static_cast<tfring::OpKind>(k));
-    bytes[k] = rt->engine().traffic().bytes(static_cast<tfring::OpKind>(k));
+    const auto kind = static_cast<tfring::OpKind>(k);
+    calls[k] = rt->engine().traffic().calls(kind);
+    bytes[k] = rt->engine().traffic().bytes(kind);
+    waitedNs[k] = rt->engine().traffic().waitedNs(kind);
   }
   return 0;
 }

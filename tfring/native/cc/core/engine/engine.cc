@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -117,7 +118,11 @@ void Engine::run(Request& r, Deadline d) {
 
 std::vector<FramedBlock> Engine::agree(const Request& r, Deadline d, const IoList& payload) {
   if (config_.size == 1) return {};
-  return checkRanksAgree(world(), config_.size, r, config_.fusionThresholdBytes, d, payload);
+  const auto start = std::chrono::steady_clock::now();
+  auto blocks = checkRanksAgree(world(), config_.size, r, config_.fusionThresholdBytes, d, payload);
+  traffic_.waited(r.kind, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start).count());
+  return blocks;
 }
 
 bool Engine::gathers(const Request& r) const {
