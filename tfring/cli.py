@@ -53,6 +53,9 @@ def _run_arguments(run):
     run.add_argument("--start-timeout", type=float, default=30.0,
                      help="seconds every host has to answer before the start fails (default 30)")
     run.add_argument("--output-dir", default=None, help="also write each rank's output to DIR/rank.N.log")
+    run.add_argument("--timeline", default=None, metavar="PATH",
+                     help="each rank writes a Chrome-trace JSON of its collectives to PATH with .rankN before "
+                          ".json (sets TFRING_TIMELINE)")
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds a collective may stall before failing (sets TFRING_TIMEOUT)")
     run.add_argument("--all-output", action="store_true",
@@ -87,8 +90,16 @@ def _run_options(args):
     return launcher.Options(
         timeout=args.timeout, all_output=args.all_output, hosts=host_list, rsh=args.rsh,
         ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file,
-        exports=forwarding.parse_exports(args.exports, os.environ), output_dir=args.output_dir,
+        exports=forwarding.parse_exports(args.exports + _timeline_export(args.timeline), os.environ),
+        output_dir=args.output_dir,
         start_timeout=args.start_timeout, interface=args.interface)
+
+
+def _timeline_export(path):
+    """`--timeline PATH` as the export it stands for (an absolute path: ranks may start elsewhere)."""
+    import os
+
+    return [] if path is None else [f"TFRING_TIMELINE={os.path.abspath(path)}"]
 
 
 def _run(args):

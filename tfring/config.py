@@ -136,6 +136,8 @@ class Config:
         allreduce_algorithm: `"auto"` (tfring picks by the layout), `"ring"` (one ring over every
             rank) or `"hierarchical"` (reduce inside each host, allreduce across hosts, share
             inside each host; needs the same number of ranks on every host, placed host by host).
+        timeline: a Chrome-trace / Perfetto JSON file of each rank's collectives (the path with
+            ".rank<R>" before ".json", one per rank); "" (the default) writes none.
         stall_warning: seconds a collective may wait before every waiting rank logs which ranks
             have not submitted it (and again at that interval until `timeout`); 0 turns it off.
         bucket_bytes: `RingStrategy` cuts the gradients into buckets of about this many bytes, in
@@ -178,6 +180,9 @@ class Config:
                                        "(inside each host, then across hosts; equal ranks per host, placed "
                                        "host by host) or `auto` (hierarchical where the layout allows)",
                                        env="TFRING_ALLREDUCE")
+    timeline: str = setting("", TEXT, "a Chrome-trace / Perfetto JSON of each rank's collectives: "
+                            "`trace.json` makes `trace.rank<R>.json` per rank", env="TFRING_TIMELINE",
+                            shown_default="none")
     stall_warning: float = setting(10.0, SECONDS_OR_OFF, "seconds a collective may wait before every waiting "
                                    "rank logs which ranks have not submitted it, repeated at that interval "
                                    "until `timeout` (0: never)", env="TFRING_STALL_WARNING", shown_default="10")

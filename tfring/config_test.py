@@ -54,7 +54,7 @@ def test_the_record_for_the_core_is_complete_and_typed():
                       "rendezvous_timeout": "120.0", "transport": "auto", "single_copy": "0",
                       "fusion_threshold_bytes": "1000", "advertise_host": "", "store_request_timeout": "5.0",
                       "store_auth_timeout": "10.0", "store_frame_timeout": "30.0", "mixed_ring": "1",
-                      "host_id": "", "allreduce_algorithm": "auto", "stall_warning": "10.0"}
+                      "host_id": "", "allreduce_algorithm": "auto", "timeline": "", "stall_warning": "10.0"}
     assert "bucket_bytes" not in record  # RingStrategy's, not the core's
 
 

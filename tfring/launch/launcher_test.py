@@ -140,6 +140,13 @@ def test_timeout_option_reaches_the_ranks():
     assert proc.stdout.strip() == "[0] 7.5"
 
 
+@pytest.mark.multiprocess
+def test_timeline_option_reaches_the_ranks_as_an_absolute_path(tmp_path):
+    proc = _run(["-np", "1", "--timeline", "t.json", sys.executable, "-c",
+                 "import os; print(os.environ['TFRING_TIMELINE'])"])
+    assert proc.stdout.strip() == f"[0] {os.path.abspath('t.json')}"
+
+
 def _alive(pid):
     """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
     try:

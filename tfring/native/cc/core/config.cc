@@ -102,6 +102,7 @@ const Field kFields[] = {
     {"host_id", setWord<&Config::hostId>},
     {"allreduce_algorithm", setAllreduceAlgorithm},
     {"stall_warning", setSeconds<&Config::stallWarning>},
+    {"timeline", setText<&Config::timeline>},
 };
 constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 

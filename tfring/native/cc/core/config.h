@@ -30,6 +30,7 @@ struct Config {
   bool mixedRing = true;            // mixed_ring: transport=auto may mix shm and TCP links across hosts
   std::string hostId;               // host_id: this rank's host identity ("" -> detected)
   std::string allreduceAlgorithm;   // allreduce_algorithm: auto | ring | hierarchical
+  std::string timeline;             // timeline: a Chrome-trace file of this rank's collectives ("" -> none)
   double stallWarning = 0;          // stall_warning: seconds before a waiting collective says who is missing (0: never)
 
   // Parses the record; throws Error(kInvalidArgument) naming a missing, unknown or repeated key, or

@@ -19,7 +19,8 @@ Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store)
       rings_(std::move(rings)),
       store_(std::move(store)),
       stall_(config.rank, config.size, config.stallWarning, config.collectiveTimeout, store_,
-             [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }) {
+             [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }),
+      timeline_(config.timeline, config.rank) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -36,6 +37,7 @@ Engine::~Engine() {
 std::string Engine::transportName() const { return rings_.name(); }
 
 void Engine::enqueue(Request request) {
+  if (timeline_.on()) timeline_.instant("submit " + request.name, Timeline::kSubmitted, summarizeRequest(request));
   Status failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -80,9 +82,11 @@ void Engine::execute(Request& r) {
     StallWatch& watch;
     ~Ended() { watch.end(); }
   } ended{stall_};
+  const auto began = Timeline::Clock::now();
   try {
     run(r, deadline);
     traffic_.count(r);
+    if (timeline_.on()) trace(r, began);
     r.done(Status());
   } catch (const PeerError& e) {
     r.done(fail(std::string("tfring.") + kindName(r.kind) + " '" + r.name + "' failed on rank " +
@@ -119,10 +123,22 @@ void Engine::run(Request& r, Deadline d) {
 std::vector<FramedBlock> Engine::agree(const Request& r, Deadline d, const IoList& payload) {
   if (config_.size == 1) return {};
   const auto start = std::chrono::steady_clock::now();
+  const auto wall = Timeline::Clock::now();
   auto blocks = checkRanksAgree(world(), config_.size, r, config_.fusionThresholdBytes, d, payload);
   traffic_.waited(r.kind, std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::steady_clock::now() - start).count());
+  if (timeline_.on()) {
+    agreedAt_ = Timeline::Clock::now();
+    timeline_.span("wait for peers", Timeline::kEngine, wall, agreedAt_, r.name);
+  }
   return blocks;
+}
+
+void Engine::trace(const Request& r, Timeline::Clock::time_point began) {
+  const auto end = Timeline::Clock::now();
+  const std::string what = summarizeRequest(r);
+  if (agreedAt_ >= began) timeline_.span("move data", Timeline::kEngine, agreedAt_, end, what);
+  timeline_.span(std::string(kindName(r.kind)) + " " + r.name, Timeline::kEngine, began, end, what);
 }
 
 bool Engine::gathers(const Request& r) const {

@@ -10,7 +10,7 @@
 // (fusion_plan.h). A peer that dies or stalls fails the collective with kUnavailable naming the
 // rank, and from then on every pending and future collective fails at once: the ring cannot heal,
 // and waiting would only hang. A collective that waits longer than stall_warning logs which ranks
-// have not submitted it (stall_watch.h).
+// have not submitted it (stall_watch.h). With a timeline (timeline.h) every collective is traced.
 #pragma once
 
 #include <condition_variable>
@@ -26,6 +26,7 @@
 #include "config.h"
 #include "engine/request.h"
 #include "engine/stall_watch.h"
+#include "engine/timeline.h"
 #include "engine/traffic.h"
 #include "rendezvous/store.h"
 #include "status.h"
@@ -51,6 +52,8 @@ class Engine {
   void run(Request& r, Deadline d);
   // The cross-rank check of `r` (request_digest.h), carrying `payload` to every rank.
   std::vector<FramedBlock> agree(const Request& r, Deadline d, const IoList& payload = {});
+  // Writes the timeline's spans of `r`, which ran from `began` until now.
+  void trace(const Request& r, Timeline::Clock::time_point began);
   // Small allreduces gather every rank's input and reduce it locally (allreduce_gathered.h).
   bool gathers(const Request& r) const;
   void allreduceGathered(Request& r, Deadline d);
@@ -77,6 +80,8 @@ class Engine {
   Traffic traffic_;
   uint64_t executed_ = 0;  // collectives run so far: the next one's index, the same on every rank
   StallWatch stall_;
+  Timeline timeline_;
+  Timeline::Clock::time_point agreedAt_;  // when the running collective's agreement step ended
   std::thread thread_;
 };
 

@@ -15,7 +15,7 @@ const char* kRecord =
     "secret=s3=cr=t\njob_id=job-7\nadvertise_host=\nrendezvous_timeout=120.0\ntimeout=60.5\n"
     "transport=tcp\nsingle_copy=0\nfusion_threshold_bytes=67108864\nstore_request_timeout=60.0\n"
     "store_auth_timeout=10.0\nstore_frame_timeout=30.0\nmixed_ring=1\nhost_id=rack4-node7\n"
-    "allreduce_algorithm=auto\nstall_warning=10.0\n";
+    "allreduce_algorithm=auto\nstall_warning=10.0\ntimeline=/tmp/t.json\n";
 
 // kRecord with the line of `key` replaced by `line` ("" drops it).
 std::string with(const std::string& key, const std::string& line) {
@@ -36,6 +36,7 @@ TEST(config_parses_a_complete_record) {
   CHECK_EQ(c.jobId, std::string("job-7"));
   CHECK_EQ(c.advertiseHost, std::string(""));
   CHECK(c.rendezvousTimeout == 120.0 && c.collectiveTimeout == 60.5 && c.stallWarning == 10.0);
+  CHECK_EQ(c.timeline, std::string("/tmp/t.json"));
   CHECK_EQ(c.transport, std::string("tcp"));
   CHECK(!c.singleCopy);
   CHECK(c.mixedRing);
