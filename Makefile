@@ -126,7 +126,7 @@ test-gpu-build:
 # Benchmarks are not tests: they print measured tables (see README).
 bench-deps: env
 	apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev
-	$(PY) -m pip install -q mpi4py
+	$(PY) -m pip install -q mpi4py matplotlib
 
 bench: env
 	$(PY) benchmarks/allreduce.py

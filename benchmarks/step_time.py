@@ -31,6 +31,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.abspath(__file__)
 ROWS_PER_RANK = 32
@@ -131,9 +132,15 @@ def _overlap_job(run, rows):
         model = _vgg(keras)
         model.compile(optimizer=keras.optimizers.SGD(0.001), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(x[:rows * size * 2], y[:rows * size * 2], batch_size=rows * size, epochs=1, verbose=0)  # tracing
-    stamps = []
-    timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: stamps.append(time.perf_counter()))
+    stamps, spans = [], []
+    timer = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda *_, **__: spans.append([time.time() * 1e6]),
+        on_train_batch_end=lambda *_, **__: (stamps.append(time.perf_counter()), spans[-1].append(time.time() * 1e6)))
     model.fit(x, y, batch_size=rows * size, epochs=1, verbose=0, shuffle=False, callbacks=[timer])
+    if os.environ.get("TFRING_TIMELINE"):  # for the picture (step_picture.py)
+        with open(os.path.join(os.path.dirname(os.environ["TFRING_TIMELINE"]), f"steps.rank{strategy.rank}.json"),
+                  "w") as f:
+            json.dump(spans, f)
     result = {"step_ms": 1000 * statistics.median(b - a for a, b in zip(stamps, stamps[1:])),
               "gradient_bytes": sum(int(np.prod(v.shape)) * 4 for v in model.trainable_weights)}
     if strategy:
@@ -150,8 +157,10 @@ def _overlap_job(run, rows):
         print("RESULT " + json.dumps(result), flush=True)
 
 
-def _overlap_command(hosts, run, rows):
+def _overlap_command(hosts, run, rows, timeline=None):
     env = dict(TF_CPP_MIN_LOG_LEVEL="2", STEP_TIME_JOB=f"overlap:{run}:{rows}")
+    if timeline:
+        env["TFRING_TIMELINE"] = timeline
     exports = [arg for k, v in env.items() for arg in ("-x", f"{k}={v}")]
     placement = f"{hosts.names[0]}:1" if run == "compute" else ",".join(f"{h}:1" for h in hosts.names[:2])
     return ([sys.executable, "-m", "tfring", "run", "-H", placement, "--rsh", shlex.join(hosts.ssh_command)]
@@ -163,13 +172,25 @@ def overlap(args):
     from tfring.emulated_hosts import EmulatedHosts
 
     runs = {run: [] for run in ["compute", "0"] + [str(int(float(mib) * 2**20)) for mib in args.buckets.split(",")]}
+    pictured = {"0": "bucket_bytes=0: one allreduce after the backward pass",
+                str(4 << 20): "bucket_bytes=4 MiB (default): buckets leave as their gradients exist"}
+    traces = tempfile.mkdtemp(prefix="tfring-step-time-")
     with EmulatedHosts(2) as hosts:
         hosts.shape(args.rate)
         for _ in range(args.rounds):
             for run in runs:
-                proc = subprocess.run(_overlap_command(hosts, run, args.rows), capture_output=True, text=True,
-                                      timeout=900)
+                timeline = os.path.join(traces, run, "trace.json") if args.picture and run in pictured else None
+                if timeline:
+                    os.makedirs(os.path.dirname(timeline), exist_ok=True)
+                proc = subprocess.run(_overlap_command(hosts, run, args.rows, timeline), capture_output=True,
+                                      text=True, timeout=900)
                 runs[run].append(_result(proc, run))
+    if args.picture:
+        import step_picture
+
+        step_picture.draw([(title, os.path.join(traces, run)) for run, title in pictured.items() if run in runs],
+                          args.picture)
+        print(f"picture of step 4 (both ranks, last round): {args.picture}")
     med = {run: statistics.median(r["step_ms"] for r in results) for run, results in runs.items()}
     comm = statistics.median(r["allreduce_ms"] for run in runs if run != "compute" for r in runs[run])
     target = max(med["compute"], comm) * 1.15
@@ -220,6 +241,8 @@ def main():
     parser.add_argument("--rate", type=int, default=1000, help="overlap: link rate, Mbit/s")
     parser.add_argument("--rows", type=int, default=256, help="overlap: images per rank per step")
     parser.add_argument("--buckets", default="1,4,25", help="overlap: bucket sizes to time, MiB")
+    parser.add_argument("--picture", help="overlap: draw one step of the 0 and 4 MiB runs from their timelines "
+                        "into this PNG (needs matplotlib)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
