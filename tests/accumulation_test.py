@@ -5,14 +5,11 @@ with the same accumulation, also when a rank has no rows in a micro-step.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tfring.testing import QUIET_ENV
+from tfring.testing import run_alone
 from tfring.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
@@ -81,10 +78,7 @@ resumed("resumed")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("accumulation")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore"}
-    single = {k: v for k, v in dict(os.environ, **QUIET_ENV, **env).items() if not k.startswith("TFRING_")}
-    script = out / "accumulate.py"
-    script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], env=single, capture_output=True, text=True, timeout=300)
+    proc = run_alone(SCRIPT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run_job(2, SCRIPT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

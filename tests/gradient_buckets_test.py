@@ -4,14 +4,11 @@ one process, on every rank alike, also when a rank has no rows in a step.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tfring.testing import QUIET_ENV
+from tfring.testing import run_alone
 from tfring.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
@@ -82,10 +79,7 @@ run("no_rows", 2048, 9, 8, conv=False)
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("buckets")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore"}
-    single = {k: v for k, v in dict(os.environ, **QUIET_ENV, **env).items() if not k.startswith("TFRING_")}
-    script = out / "fit.py"
-    script.write_text(FIT)
-    proc = subprocess.run([sys.executable, str(script)], env=single, capture_output=True, text=True, timeout=300)
+    proc = run_alone(FIT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run_job(2, FIT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

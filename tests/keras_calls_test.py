@@ -18,6 +18,7 @@ import pytest
 
 from tfring.testing import QUIET_ENV
 from tfring.testing import rank_lines
+from tfring.testing import run_alone
 from tfring.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
@@ -62,15 +63,9 @@ np.savez(f"{out}/on_batch-{strategy.rank}of{strategy.size}.npz", w=w, pred=pred,
 '''
 
 
-def _single(script, env):
-    full = dict(os.environ, **QUIET_ENV, **env)
-    full = {k: v for k, v in full.items() if not k.startswith("TFRING_")}
-    return subprocess.run([sys.executable, "-c", script], env=full, capture_output=True, text=True, timeout=300)
-
-
 def test_on_batch_calls_and_model_calls_equal_one_process(tmp_path):
     env = {"OUT": str(tmp_path)}
-    proc = _single(ON_BATCH, env)
+    proc = run_alone(ON_BATCH, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run_job(2, ON_BATCH, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

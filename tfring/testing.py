@@ -50,6 +50,29 @@ def run_job(num_processes, script, env=None, timeout=300, all_output=True, launc
         os.unlink(path)
 
 
+def run_alone(script, env=None, timeout=300):
+    """Runs `script` (Python source) as one plain process, outside any tfring job (no `TFRING_*`
+    variable reaches it): the single-process run a job's results are compared with.
+
+    Args:
+        script: Python source.
+        env: extra environment variables.
+        timeout: seconds before the process is killed (the test then fails).
+
+    Returns:
+        `subprocess.CompletedProcess` with `stdout` / `stderr` as text.
+
+    Example:
+
+    >>> run_alone("import tfring; print(tfring.size())").stdout
+    '1\\n'
+    """
+    full = dict(os.environ, **QUIET_ENV, **(env or {}))
+    full = {k: v for k, v in full.items() if not k.startswith("TFRING_")}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
 def rank_lines(output, rank):
     """The lines of `output` printed by `rank`, without the `[rank] ` prefix."""
     prefix = f"[{rank}] "
