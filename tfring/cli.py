@@ -96,10 +96,11 @@ def _run_options(args):
 
 
 def _timeline_export(path):
-    """`--timeline PATH` as the export it stands for (an absolute path: ranks may start elsewhere)."""
+    """`--timeline PATH` as the export it stands for: an absolute path, since ranks may start in
+    another directory; ranks on other hosts write to that path on their own host."""
     import os
 
-    return [] if path is None else [f"TFRING_TIMELINE={os.path.abspath(path)}"]
+    return [] if path is None else [f"TFRING_TIMELINE={os.path.abspath(os.path.expanduser(path))}"]
 
 
 def _run(args):

@@ -149,8 +149,10 @@ def traffic():
 
     Counts collectives that finished without error, and the bytes of their inputs on this rank
     (an allreduce of 1 MiB of gradients counts 1 MiB, whatever the ring sent to do it), and the
-    seconds this rank waited at the start of collectives for the other ranks to arrive (a rank
-    that waits least is the one the others wait for: see `tfring.callbacks.StragglerReport`). A
+    seconds this rank spent in the agreement step every collective starts with, mostly waiting
+    for the other ranks to arrive (for small allreduces and allgathers that step also carries
+    the data; a rank that waits least is the one the others wait for: see
+    `tfring.callbacks.StragglerReport`). A
     job of one rank runs no collectives: every count stays 0.
 
     Returns:

@@ -17,6 +17,8 @@ class StragglerReport(keras.callbacks.Callback):
     (measured by tfring's engine at the start of every collective: `tfring.traffic()`). The rank
     that waited least is the one the others waited for: a slow input pipeline, a busier host, a
     callback only it runs. The figures of every epoch are also kept in `history`, on every rank.
+    Give it to `fit` on every rank (it gathers every rank's figure), not only on rank 0 as
+    Horovod scripts do with some callbacks: there the other ranks would wait for it.
 
     Args:
         threshold: a fraction; the report names the rank the others waited for when the largest

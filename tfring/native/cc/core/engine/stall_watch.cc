@@ -10,6 +10,10 @@
 namespace tfring {
 namespace {
 constexpr size_t kShapesShown = 3;
+// A rank in a collective for this long (or a tenth of the interval, if less) leaves its key: soon
+// enough that a rank which arrived well before the warning is not named as missing, late enough
+// that collectives that simply finish never touch the store.
+constexpr double kMarkAfter = 1.0;
 
 std::string shapeText(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -61,6 +65,11 @@ void StallWatch::end() {
   running_ = nullptr;
 }
 
+bool StallWatch::stopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
+}
+
 void StallWatch::loop() {
   const auto tick = std::chrono::duration<double>(std::min(1.0, warnAfter_ / 4));
   std::unique_lock<std::mutex> lock(mu_);
@@ -73,7 +82,7 @@ void StallWatch::loop() {
 void StallWatch::check(std::unique_lock<std::mutex>& lock) {
   const double waited = std::chrono::duration<double>(Clock::now() - began_).count();
   const uint64_t index = index_;
-  if (!marked_ && waited >= warnAfter_ / 2) {
+  if (!marked_ && waited >= std::min(kMarkAfter, warnAfter_ / 10)) {
     marked_ = true;
     lock.unlock();
     try {
@@ -89,6 +98,7 @@ void StallWatch::check(std::unique_lock<std::mutex>& lock) {
   const std::string what = summarizeRequest(*running_);
   lock.unlock();
   const std::string missing = missingRanks(index);
+  if (stopping()) return;  // the engine is shutting down: say nothing, keep no lock
   char head[160];
   std::snprintf(head, sizeof(head), "tfring: rank %d has waited %.0f s (of %.0f s) in collective #%llu, ", rank_,
                 waited, timeout_, static_cast<unsigned long long>(index));
@@ -99,7 +109,7 @@ void StallWatch::check(std::unique_lock<std::mutex>& lock) {
 std::string StallWatch::missingRanks(uint64_t index) {
   std::vector<int> missing;
   try {
-    for (int k = 0; k < size_; ++k) {
+    for (int k = 0; k < size_ && !stopping(); ++k) {
       std::string value;
       if (k != rank_ && !store_->tryGet(key(index, k), &value)) missing.push_back(k);
     }

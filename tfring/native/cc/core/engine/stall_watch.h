@@ -1,11 +1,12 @@
 // Says who is missing when a collective stalls (Horovod's stall inspector, for the ring).
 //
 // A rank waiting in a collective cannot tell from its ring neighbours which rank has not
-// submitted it. So once a collective has waited half of `warnAfter`, each waiting rank leaves the
-// key "stall/<index>/<rank>" in the rendezvous store; at `warnAfter`, and every `warnAfter` after
-// that until the collective ends or the hard timeout fails it, it logs the collective (kind,
-// name, tensor count, first shapes) and the ranks without a key: those have not reached it.
-// Nothing touches the store unless a collective stalls; the engine thread only marks begin/end.
+// submitted it. So once a collective has waited 1 s (a tenth of `warnAfter` if less), each waiting
+// rank leaves the key "stall/<index>/<rank>" in the rendezvous store; at `warnAfter`, and every
+// `warnAfter` after that until the collective ends or the hard timeout fails it, it logs the
+// collective (kind, name, tensor count, first shapes) and the ranks without a key: those have not
+// reached it (or reached it within the last second). Collectives shorter than that never touch
+// the store; the engine thread only marks begin/end.
 #pragma once
 
 #include <chrono>
@@ -37,7 +38,9 @@ class StallWatch {
   void loop();
   // One look at the running collective: marks it in the store, or logs, when due.
   void check(std::unique_lock<std::mutex>& lock);
+  // Reads the other ranks' keys; gives up (with any answer) once the watch is stopping.
   std::string missingRanks(uint64_t index);
+  bool stopping();
 
   const int rank_, size_;
   const double warnAfter_, timeout_;

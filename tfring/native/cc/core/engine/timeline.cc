@@ -66,6 +66,7 @@ void Timeline::write(const std::string& event) {
   std::lock_guard<std::mutex> lock(mu_);
   std::fputs(first_ ? "" : ",\n", file_);
   std::fputs(event.c_str(), file_);
+  std::fflush(file_);  // a rank that is killed still leaves every event it saw (without the closing "]")
   first_ = false;
 }
 
