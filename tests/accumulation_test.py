@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from tfring.testing import run_alone
-from tfring.testing import run_job
+from tfring.testing import assert_ranks_equal_one_process
+from tfring.testing import run_alone_then_jobs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -78,20 +78,13 @@ resumed("resumed")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("accumulation")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore"}
-    proc = run_alone(SCRIPT, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_job(2, SCRIPT, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_alone_then_jobs(SCRIPT, env=env)
     return out
 
 
 @pytest.mark.parametrize("name", ["sparse_rows", "k4", "resumed"])
 def test_accumulated_steps_equal_one_process(results, name):
-    one = np.load(results / f"{name}-0of1.npy")
-    ranks = [np.load(results / f"{name}-{r}of2.npy") for r in range(2)]
-    assert np.all(np.isfinite(ranks[0])), "a rank without rows added NaN"
-    assert np.array_equal(ranks[0], ranks[1]), "ranks' weights differ"
-    assert np.max(np.abs(ranks[0] - one)) <= 1e-5, np.max(np.abs(ranks[0] - one))
+    assert_ranks_equal_one_process(results, name, 2)
 
 
 def test_a_checkpoint_between_micro_steps_resumes_exactly(results):

@@ -5,10 +5,10 @@ one process, on every rank alike, also when a rank has no rows in a step.
 
 import json
 
-import numpy as np
 import pytest
 
-from tfring.testing import run_alone
+from tfring.testing import assert_ranks_equal_one_process
+from tfring.testing import run_alone_then_jobs
 from tfring.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
@@ -79,20 +79,13 @@ run("no_rows", 2048, 9, 8, conv=False)
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("buckets")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore"}
-    proc = run_alone(FIT, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_job(2, FIT, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_alone_then_jobs(FIT, env=env)
     return out
 
 
 @pytest.mark.parametrize("name", ["buckets", "one", "no_rows"])
 def test_fit_with_buckets_equals_one_process(results, name):
-    one = np.load(results / f"{name}-0of1.npy")
-    ranks = [np.load(results / f"{name}-{r}of2.npy") for r in range(2)]
-    assert np.all(np.isfinite(ranks[0])), "a rank without rows added NaN"
-    assert np.array_equal(ranks[0], ranks[1]), "ranks' weights differ"
-    assert np.max(np.abs(ranks[0] - one)) <= 1e-5, np.max(np.abs(ranks[0] - one))
+    assert_ranks_equal_one_process(results, name, 2)
 
 
 def test_each_bucket_is_one_collective_per_step(results):

@@ -1,15 +1,10 @@
 """Sparse gradients (an Embedding's tf.IndexedSlices): allgathered as rows, results equal one process."""
 
-import os
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 
-from tfring.testing import QUIET_ENV
+from tfring.testing import assert_ranks_equal_one_process
 from tfring.testing import rank_lines
-from tfring.testing import run_job
+from tfring.testing import run_alone_then_jobs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -58,12 +53,7 @@ CASES = ["gathered_sgd", "gathered_adam", "densified_by_count", "sparse_as_dense
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("sparse")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore", "CASES": ",".join(CASES)}
-    single = {k: v for k, v in dict(os.environ, **QUIET_ENV, **env).items() if not k.startswith("TFRING_")}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=single, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for size in (2, 3):
-        proc = run_job(size, SCRIPT, env=env, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    for proc in run_alone_then_jobs(SCRIPT, env=env, sizes=(2, 3), timeout=600):
         # Each case's train step (traced once) handed the Embedding gradient over as IndexedSlices.
         assert "SPARSE_REDUCTIONS 4" in rank_lines(proc.stdout, 0), proc.stdout[-2000:]
     return out
@@ -72,8 +62,4 @@ def results(tmp_path_factory):
 @pytest.mark.parametrize("size", [2, 3])
 @pytest.mark.parametrize("case", CASES)
 def test_sparse_gradients_equal_one_process(results, case, size):
-    one = np.load(results / f"{case}-0of1.npy")
-    ranks = [np.load(results / f"{case}-{r}of{size}.npy") for r in range(size)]
-    for w in ranks[1:]:
-        assert np.array_equal(w, ranks[0])
-    assert np.max(np.abs(ranks[0] - one)) <= 1e-5
+    assert_ranks_equal_one_process(results, case, size)

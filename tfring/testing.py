@@ -73,6 +73,56 @@ def run_alone(script, env=None, timeout=300):
                           text=True, timeout=timeout)
 
 
+def run_alone_then_jobs(script, env=None, sizes=(2,), timeout=300):
+    """Runs `script` alone (`run_alone`), then as a job of each of `sizes` ranks, and checks
+    that every run succeeded: the runs an "equals one process" test compares.
+
+    Args:
+        script: Python source; it writes its results where `env` tells it to.
+        env: extra environment variables for every run.
+        sizes: the job sizes to run, in order.
+        timeout: seconds each run may take.
+
+    Returns:
+        The finished job processes, one per size.
+
+    Example:
+
+    >>> run_alone_then_jobs(SCRIPT, env={"OUT": str(out)})
+    """
+    proc = run_alone(script, env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = []
+    for size in sizes:
+        jobs.append(run_job(size, script, env=env, timeout=timeout))
+        assert jobs[-1].returncode == 0, jobs[-1].stderr[-3000:]
+    return jobs
+
+
+def assert_ranks_equal_one_process(folder, name, size, tol=1e-5):
+    """Checks `<name>-<r>of<size>.npy` (each rank's weights) against `<name>-0of1.npy` (one
+    process's): finite, bit-identical across ranks, within `tol` of one process.
+
+    Args:
+        folder: a `pathlib.Path` holding the files.
+        name: the case's name.
+        size: the job size.
+        tol: the largest absolute difference from one process.
+
+    Example:
+
+    >>> assert_ranks_equal_one_process(results, "k4", 2)
+    """
+    import numpy as np
+
+    one = np.load(folder / f"{name}-0of1.npy")
+    ranks = [np.load(folder / f"{name}-{r}of{size}.npy") for r in range(size)]
+    assert np.all(np.isfinite(ranks[0])), "a rank without rows added NaN"
+    for w in ranks[1:]:
+        assert np.array_equal(ranks[0], w), "ranks' weights differ"
+    assert np.max(np.abs(ranks[0] - one)) <= tol, np.max(np.abs(ranks[0] - one))
+
+
 def rank_lines(output, rank):
     """The lines of `output` printed by `rank`, without the `[rank] ` prefix."""
     prefix = f"[{rank}] "

@@ -33,6 +33,15 @@ def _check_dtypes(what, tensors, allowed):
                             f"(supported: {names})")
 
 
+def _dtype_groups(items):
+    """The positions of `items` grouped by dtype, groups in order of first appearance (the same
+    order on every rank, so the groups' collectives line up)."""
+    groups = {}
+    for i, t in enumerate(items):
+        groups.setdefault(t.dtype, []).append(i)
+    return list(groups.values())
+
+
 def _as_list(what, tensors, allowed):
     """(was a single tensor given, the tensors as a checked list)."""
     single = not isinstance(tensors, (list, tuple))
@@ -68,11 +77,11 @@ def allreduce(tensors, op="sum", name=None):
     single, items = _as_list("allreduce", tensors, _REDUCE_DTYPES)
     if not items:
         return []
-    if len({t.dtype for t in items}) > 1:
+    groups = _dtype_groups(items)
+    if len(groups) > 1:
         # One op node takes one dtype: reduce each dtype group, then restore the order.
         out = [None] * len(items)
-        for dtype in {t.dtype for t in items}:
-            idx = [i for i, t in enumerate(items) if t.dtype == dtype]
+        for idx in groups:
             for i, r in zip(idx, allreduce([items[i] for i in idx], op=op, name=name)):
                 out[i] = r
         return out
@@ -113,8 +122,7 @@ def allreduce_buckets(buckets, op="sum", name=None):
     lib = _ops()
     started = []  # (bucket index, positions in it, buffers, ticket)
     for k, bucket in enumerate(buckets):
-        for dtype in dict.fromkeys(t.dtype for t in bucket):
-            idx = [i for i, t in enumerate(bucket) if t.dtype == dtype]
+        for idx in _dtype_groups(bucket):
             # The ticket first: `ordered` makes the op of the first output the chain's last link.
             ticket, buffers = ordering.ordered(lambda idx=idx, bucket=bucket: _ticket_first(
                 lib.tfring_allreduce_start([bucket[i] for i in idx], reduce_op=op, name=name)))
