@@ -1,14 +1,21 @@
 """model.fit throughput: RingStrategy on 1 and 2 ranks beside MirroredStrategy and MWMS, in one run.
 
-    python benchmarks/fit_scaling.py [--rounds 5] [--json results.json]
+    python benchmarks/fit_scaling.py [--parts scaling,pinned,one-rank] [--rounds 5] [--json results.json]
 
 A small CNN on synthetic 32x32x3 images, 64 images per replica per step (weak scaling), one
-intra-op thread per process. Peers: `tf.distribute.MirroredStrategy` on 2 logical CPU devices in
-one process (its model.fit works) and `MultiWorkerMirroredStrategy` with 2 worker processes
-through a custom `strategy.run` loop (its model.fit crashes with Keras 3). Beside them, two
-independent processes without a strategy, run at once, show what the cores give two processes
-at all (the ceiling for 2 ranks when ranks outnumber free cores). The runs are interleaved
-over rounds and the medians printed; scaling efficiency = images/s(2 ranks) / (2 x images/s(1 rank)).
+intra-op thread per process. The runs are interleaved over rounds and the medians printed.
+
+- scaling: RingStrategy on 1 and 2 ranks; `tf.distribute.MirroredStrategy` on 2 logical CPU
+  devices in one process (its model.fit works); `MultiWorkerMirroredStrategy` with 2 worker
+  processes through a custom `strategy.run` loop (its model.fit crashes with Keras 3); and two
+  independent processes without a strategy, run at once: what the cores give two processes at
+  all. Scaling efficiency = images/s(2 ranks) / (2 x images/s(1 rank)).
+- pinned: the per-step overhead. 2 ranks started with `tfring run --bind-to core` (each rank on
+  its own core), with the dataset sharded by record and with each rank reading its own 64-row
+  batches (`AutoShardPolicy.OFF`), against their ceiling: two independent processes without a
+  strategy, each pinned to its own core, doing the same per-rank work.
+- one-rank: one rank under RingStrategy against the same script with no strategy, unpinned and
+  pinned to one core.
 """
 
 import argparse
@@ -46,31 +53,45 @@ def _data(replicas):
     return rng.standard_normal((n, 32, 32, 3)).astype("float32"), rng.integers(0, 10, n).astype("int32")
 
 
-def _fit_images_per_second(strategy, replicas, rank):
-    import keras
+def _dataset(replicas, rank, per_rank_input):
+    """Global batches of the whole data, or (per_rank_input) this rank's own 64-row batches of its
+    part, marked `AutoShardPolicy.OFF` so the strategy uses them as they are."""
     import tensorflow as tf
 
     x, y = _data(replicas)
+    if not per_rank_input:
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(PER_REPLICA * replicas).prefetch(2).cache()
+    part = slice(rank * PER_REPLICA * STEPS, (rank + 1) * PER_REPLICA * STEPS)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    ds = tf.data.Dataset.from_tensor_slices((x[part], y[part])).batch(PER_REPLICA).prefetch(2).cache()
+    return ds.with_options(options)
+
+
+def _fit_images_per_second(strategy, replicas, rank, per_rank_input=False):
+    """Images per second of the whole job (all replicas) over 2 epochs, after one to warm up."""
+    import keras
+
     with strategy.scope():
         model = _model(keras)
         model.compile(optimizer=keras.optimizers.SGD(0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(PER_REPLICA * replicas).prefetch(2).cache()
+    ds = _dataset(replicas, rank, per_rank_input)
     model.fit(ds, epochs=1, verbose=0)  # warm-up: tracing, caches
     start = time.perf_counter()
     model.fit(ds, epochs=2, verbose=0)
-    return 2 * len(x) / (time.perf_counter() - start)
+    return 2 * PER_REPLICA * replicas * STEPS / (time.perf_counter() - start)
 
 
 def worker(kind):
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    if kind == "ring":
+    if kind in ("ring", "ring-off"):
         import tfring
 
         strategy = tfring.RingStrategy()
-        ips = _fit_images_per_second(strategy, strategy.size, strategy.rank)
+        ips = _fit_images_per_second(strategy, strategy.size, strategy.rank, per_rank_input=kind == "ring-off")
         if strategy.rank == 0:
             print("RESULT " + json.dumps({"peer": f"tfring RingStrategy, {strategy.size} rank(s)", "ips": ips}))
     elif kind == "alone":
@@ -135,25 +156,35 @@ def _result(stdout):
     return None
 
 
-def _run(key):
-    if key.startswith("ring"):
-        cmd = [sys.executable, "-m", "tfring", "run", "-np", key[-1], sys.executable, HERE, "--worker", "ring"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=1200)
-        return _result(proc.stdout), proc.stderr
-    if key == "alone2":
-        # The ceiling for 2 ranks here: two independent processes at once, their rates summed.
-        procs = [subprocess.Popen([sys.executable, HERE, "--worker", "alone"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=_env()) for _ in range(2)]
-        outs = [p.communicate(timeout=1200) for p in procs]
-        results = [_result(out) for out, _ in outs]
-        if None in results:
-            return None, outs[0][1] + outs[1][1]
-        return {"peer": "2 independent processes, no communication (sum)",
-                "ips": sum(r["ips"] for r in results)}, ""
-    if key == "mirrored":
-        proc = subprocess.run([sys.executable, HERE, "--worker", "mirrored"], capture_output=True, text=True,
-                              env=_env(), timeout=1200)
-        return _result(proc.stdout), proc.stderr
+def _on_cores(cores):
+    """A `preexec_fn` binding the child to `cores` (None: leave it as it is)."""
+    return None if cores is None else (lambda: os.sched_setaffinity(0, cores))
+
+
+def _ring(np_, worker, bind=False, cores=None):
+    """A RingStrategy job through `tfring run`; `cores` binds the launcher (and so its ranks)."""
+    cmd = [sys.executable, "-m", "tfring", "run", "-np", str(np_)] + (["--bind-to", "core"] if bind else [])
+    proc = subprocess.run(cmd + [sys.executable, HERE, "--worker", worker], capture_output=True, text=True,
+                          env=_env(), timeout=1200, preexec_fn=_on_cores(cores))
+    return _result(proc.stdout), proc.stderr
+
+
+def _independent(n, pinned):
+    """n processes without a strategy at once (each on its own core if pinned), their rates summed."""
+    cores = sorted(os.sched_getaffinity(0))
+    procs = [subprocess.Popen([sys.executable, HERE, "--worker", "alone"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(),
+                              preexec_fn=_on_cores([cores[i]] if pinned else None)) for i in range(n)]
+    outs = [p.communicate(timeout=1200) for p in procs]
+    results = [_result(out) for out, _ in outs]
+    if None in results:
+        return None, "".join(err for _, err in outs)
+    what = f"{n} independent processes, no communication (sum)" if n > 1 else "one process, no strategy"
+    return {"peer": what + (", each pinned to a core" if pinned else ""),
+            "ips": sum(r["ips"] for r in results)}, ""
+
+
+def _mwms():
     ports = [free_port(), free_port()]
     procs = [subprocess.Popen([sys.executable, HERE, "--worker", "mwms"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
@@ -164,9 +195,90 @@ def _run(key):
     return _result(outs[0][0]), outs[0][1] + outs[1][1]
 
 
+def _mirrored():
+    proc = subprocess.run([sys.executable, HERE, "--worker", "mirrored"], capture_output=True, text=True,
+                          env=_env(), timeout=1200)
+    return _result(proc.stdout), proc.stderr
+
+
+FIRST_CORE = sorted(os.sched_getaffinity(0))[:1]
+# key -> (label, how to run it); a label of None keeps the label the run reports.
+RUNS = {
+    "ring1": (None, lambda: _ring(1, "ring")),
+    "ring2": (None, lambda: _ring(2, "ring")),
+    "alone2": (None, lambda: _independent(2, pinned=False)),
+    "mirrored": (None, _mirrored),
+    "mwms": (None, _mwms),
+    "ring2-pinned": ("tfring, 2 ranks, --bind-to core, sharded by record", lambda: _ring(2, "ring", bind=True)),
+    "ring2-pinned-off": ("tfring, 2 ranks, --bind-to core, AutoShardPolicy.OFF",
+                         lambda: _ring(2, "ring-off", bind=True)),
+    "alone2-pinned": (None, lambda: _independent(2, pinned=True)),
+    "ring1-pinned": ("tfring, 1 rank pinned to one core", lambda: _ring(1, "ring", bind=True, cores=FIRST_CORE)),
+    "alone1-pinned": ("no strategy, pinned to one core", lambda: _independent(1, pinned=True)),
+    "alone1": ("no strategy, unpinned", lambda: _independent(1, pinned=False)),
+}
+PARTS = {
+    "scaling": ["ring1", "ring2", "alone2", "mirrored", "mwms"],
+    "pinned": ["ring2-pinned", "ring2-pinned-off", "alone2-pinned"],
+    "one-rank": ["ring1", "alone1", "ring1-pinned", "alone1-pinned"],
+}
+# (tfring run, its ceiling) for the overhead table.
+OVERHEAD = [("ring2-pinned", "alone2-pinned"), ("ring2-pinned-off", "alone2-pinned"),
+            ("ring1-pinned", "alone1-pinned"), ("ring1", "alone1")]
+
+
+def _measure(keys, rounds):
+    samples, labels = {k: [] for k in keys}, {}
+    for _ in range(rounds):
+        for key in keys:
+            label, how = RUNS[key]
+            result, err = how()
+            if result is None:
+                print(f"{key} failed:\n{err[-2000:]}", file=sys.stderr)
+                continue
+            samples[key].append(result["ips"])
+            labels[key] = label or result["peer"]
+    return samples, labels
+
+
+def _print_scaling(med, labels, rounds):
+    keys = [k for k in PARTS["scaling"] if k in med]
+    if keys == ["ring1"] or not keys:  # the scaling part was not run
+        return
+    print(f"\nmodel.fit throughput, small CNN, {PER_REPLICA} images per replica per step, "
+          f"{os.cpu_count()} cores, medians of {rounds} interleaved rounds")
+    print(f"| {'peer':<52} | {'images/s':>9} | {'x tfring 2 ranks':>16} |")
+    print(f"|{'-' * 54}|{'-' * 10}:|{'-' * 17}:|")
+    for k in keys:
+        ratio = med[k] / med["ring2"] if "ring2" in med else float("nan")
+        print(f"| {labels[k]:<52} | {med[k]:>9.1f} | {ratio:>16.2f} |")
+    if "ring1" in med and "ring2" in med:
+        print(f"scaling efficiency, 1 -> 2 ranks: {med['ring2'] / (2 * med['ring1']):.1%}")
+    if "alone2" in med and "ring2" in med:
+        print(f"2 ranks vs 2 independent processes on the same cores: {med['ring2'] / med['alone2']:.1%}")
+
+
+def _print_overhead(med, samples, labels, rounds):
+    rows = [(a, b) for a, b in OVERHEAD if a in med and b in med]
+    if not rows:
+        return
+    print(f"\nper-step overhead: tfring against its ceiling (no strategy, same per-rank work), "
+          f"medians of {rounds} interleaved rounds")
+    print(f"| {'run':<52} | {'images/s':>9} | {'ceiling':>9} | {'of ceiling':>10} | {'per round':>17} |")
+    print(f"|{'-' * 54}|{'-' * 10}:|{'-' * 10}:|{'-' * 11}:|{'-' * 18}:|")
+    for a, b in rows:
+        per_round = [x / y for x, y in zip(samples[a], samples[b])]
+        spread = f"{min(per_round):.0%}-{max(per_round):.0%}" if per_round else "-"
+        print(f"| {labels[a]:<52} | {med[a]:>9.1f} | {med[b]:>9.1f} | {med[a] / med[b]:>10.1%} | {spread:>17} |")
+    for b in dict.fromkeys(b for _, b in rows):
+        print(f"ceiling: {labels[b]}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", choices=["ring", "alone", "mirrored", "mwms"])
+    parser.add_argument("--worker", choices=["ring", "ring-off", "alone", "mirrored", "mwms"])
+    parser.add_argument("--parts", default="scaling,pinned,one-rank",
+                        help=f"comma-separated, of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default="benchmarks/fit_scaling_results.json")
     args = parser.parse_args()
@@ -175,31 +287,17 @@ def main():
         return 0
     if args.rounds < 5:
         parser.error("--rounds must be at least 5 (this machine is noisy)")
+    parts = args.parts.split(",")
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown part(s) {unknown}: choose from {', '.join(PARTS)}")
     import numpy as np
 
-    keys = ["ring1", "ring2", "alone2", "mirrored", "mwms"]
-    samples, labels = {k: [] for k in keys}, {}
-    for _ in range(args.rounds):
-        for key in keys:
-            result, err = _run(key)
-            if result is None:
-                print(f"{key} failed:\n{err[-2000:]}", file=sys.stderr)
-                continue
-            samples[key].append(result["ips"])
-            labels[key] = result["peer"]
+    keys = list(dict.fromkeys(k for p in parts for k in PARTS[p]))
+    samples, labels = _measure(keys, args.rounds)
     med = {k: float(np.median(v)) for k, v in samples.items() if v}
-    print(f"\nmodel.fit throughput, small CNN, {PER_REPLICA} images per replica per step, "
-          f"{os.cpu_count()} cores, medians of {args.rounds} interleaved rounds")
-    print(f"| {'peer':<52} | {'images/s':>9} | {'x tfring 2 ranks':>16} |")
-    print(f"|{'-' * 54}|{'-' * 10}:|{'-' * 17}:|")
-    for k in keys:
-        if k in med:
-            ratio = med[k] / med["ring2"] if "ring2" in med else float("nan")
-            print(f"| {labels[k]:<52} | {med[k]:>9.1f} | {ratio:>16.2f} |")
-    if "ring1" in med and "ring2" in med:
-        print(f"scaling efficiency, 1 -> 2 ranks: {med['ring2'] / (2 * med['ring1']):.1%}")
-    if "alone2" in med and "ring2" in med:
-        print(f"2 ranks vs 2 independent processes on the same cores: {med['ring2'] / med['alone2']:.1%}")
+    _print_scaling(med, labels, args.rounds)
+    _print_overhead(med, samples, labels, args.rounds)
     with open(args.json, "w") as f:
         json.dump({"samples": samples, "medians": med, "labels": labels}, f, indent=1)
     return 0

@@ -53,6 +53,9 @@ def _run_arguments(run):
     run.add_argument("--start-timeout", type=float, default=30.0,
                      help="seconds every host has to answer before the start fails (default 30)")
     run.add_argument("--output-dir", default=None, help="also write each rank's output to DIR/rank.N.log")
+    run.add_argument("--bind-to", default="none", choices=["none", "core"],
+                     help="core: bind each rank to its share of its host's cores, so ranks do not "
+                          "compete for them (default none)")
     run.add_argument("--timeline", default=None, metavar="PATH",
                      help="each rank writes a Chrome-trace JSON of its collectives to PATH with .rankN before "
                           ".json (sets TFRING_TIMELINE)")
@@ -92,7 +95,7 @@ def _run_options(args):
         ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file,
         exports=forwarding.parse_exports(args.exports + _timeline_export(args.timeline), os.environ),
         output_dir=args.output_dir,
-        start_timeout=args.start_timeout, interface=args.interface)
+        start_timeout=args.start_timeout, interface=args.interface, bind_to=args.bind_to)
 
 
 def _timeline_export(path):

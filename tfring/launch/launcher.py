@@ -24,6 +24,7 @@ import time
 
 from tfring.launch import addresses
 from tfring.launch import cluster
+from tfring.launch import core_binding
 from tfring.launch import forwarding
 from tfring.launch import hosts as hostlist
 from tfring.launch import local_rank
@@ -48,6 +49,7 @@ class Options:
         output_dir: a folder for one log file per rank, or None.
         start_timeout: seconds every host has to answer before the start fails.
         interface: the network interface whose address the hosts advertise, or None.
+        bind_to: "core" binds each rank to its share of its host's cores (`core_binding`); "none".
     """
 
     timeout: float = None
@@ -60,6 +62,7 @@ class Options:
     output_dir: str = None
     start_timeout: float = 30.0
     interface: str = None
+    bind_to: str = "none"
 
 
 def _cannot_start(command, error):
@@ -140,6 +143,8 @@ class Job:
             StartError: a host did not answer or runs other versions, or a command cannot start.
         """
         secret, job_id = secrets.token_hex(32), secrets.token_hex(6)
+        local_cores = {s.rank: core_binding.plan(self.options.bind_to, s.local_rank, s.local_size)
+                       for s in self.slots if s not in self.remote_slots}
         self._connect_remotes()
         store_addr, here = self._addresses()
         for slot in self.slots:
@@ -148,7 +153,7 @@ class Job:
             if slot.rank in self.ranks:
                 self._start_remote(self.ranks[slot.rank], env)
             else:
-                self._start_local(slot, {**self._local_env(here), **env})
+                self._start_local(slot, {**self._local_env(here), **env}, local_cores[slot.rank])
 
     def _local_env(self, here):
         """This host's ranks see the launcher's environment; in a job across hosts they advertise `here`."""
@@ -157,9 +162,9 @@ class Job:
             env.setdefault(cluster.ADVERTISE_HOST, here)
         return env
 
-    def _start_local(self, slot, env):
+    def _start_local(self, slot, env, cores):
         try:
-            rank = local_rank.LocalRank(slot, self.command, env, subprocess.PIPE, subprocess.PIPE)
+            rank = local_rank.LocalRank(slot, self.command, env, subprocess.PIPE, subprocess.PIPE, cores)
         except OSError as e:
             self.terminate()
             raise StartError(_cannot_start(self.command, e)) from e
@@ -169,7 +174,8 @@ class Job:
 
     def _start_remote(self, rank, env):
         rank.start_stderr(self.output.stream(rank.slot.rank, stdout=False))
-        rank.send_job({**forwarding.forwarded(self.base_env, self.options.exports), **env}, self.command)
+        rank.send_job({**forwarding.forwarded(self.base_env, self.options.exports), **env}, self.command,
+                      self.options.bind_to)
 
     def _connect_remotes(self):
         """Starts ssh for every remote rank and waits until each far end has answered."""

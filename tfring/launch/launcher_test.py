@@ -134,6 +134,34 @@ def test_python_warnings_of_other_ranks_are_shown_once(all_output):
         assert f"UserWarning: rank {r} only" in proc.stderr
 
 
+AFFINITY = "import os; print(os.environ['TFRING_LOCAL_RANK'], sorted(os.sched_getaffinity(0)))"
+
+
+@pytest.mark.multiprocess
+def test_bind_to_core_gives_each_rank_its_share_of_the_launchers_cores():
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs 2 usable cores")
+    # Bound to the launcher's first two cores, as taskset would leave it: one each.
+    proc = _run(["-np", "2", "--bind-to", "core", "--all-output", sys.executable, "-c", AFFINITY],
+                preexec_fn=lambda: os.sched_setaffinity(0, cores[:2]))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == [f"[0] 0 [{cores[0]}]", f"[1] 1 [{cores[1]}]"]
+    # One rank gets them both, and without --bind-to a rank keeps what the launcher has.
+    for extra in (["--bind-to", "core"], []):
+        proc = _run(["-np", "1"] + extra + [sys.executable, "-c", AFFINITY])
+        assert proc.stdout.strip() == f"[0] 0 {cores}", proc.stderr
+
+
+@pytest.mark.multiprocess
+def test_bind_to_core_refuses_more_ranks_than_cores_before_starting_any():
+    proc = _run(["-np", "2", "--bind-to", "core", sys.executable, "-c", "print('started')"],
+                preexec_fn=lambda: os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1]))
+    assert proc.returncode == 2 and "started" not in proc.stdout
+    assert proc.stderr.strip().startswith("tfring run: --bind-to core: 2 ranks on this host but only 1 usable "
+                                          "core(s)"), proc.stderr
+
+
 @pytest.mark.multiprocess
 def test_timeout_option_reaches_the_ranks():
     proc = _run(["-np", "1", "--timeout", "7.5", sys.executable, "-c", "import os; print(os.environ['TFRING_TIMEOUT'])"])

@@ -17,11 +17,12 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def die_with(parent_pid):
+def die_with(parent_pid, cores=None):
     """A `preexec_fn`: the child gets SIGKILL when `parent_pid` dies, even by SIGKILL.
 
     Args:
         parent_pid: the starter's pid (`os.getpid()` before the fork).
+        cores: CPU numbers the child (and every thread and process it starts) is bound to, or None.
 
     Returns:
         A function for `subprocess.Popen(preexec_fn=...)`.
@@ -30,6 +31,8 @@ def die_with(parent_pid):
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent_pid:  # the starter died before the line above took effect
             os._exit(1)
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
     return arm
 
 
@@ -46,6 +49,7 @@ class LocalRank:
         command: the program and its arguments.
         env: its complete environment (without TFRING_LAUNCHER_FD: added here).
         stdout, stderr: as for `subprocess.Popen` (PIPE, or a file descriptor to inherit).
+        cores: the CPU numbers to bind it to (`core_binding.plan`), or None.
 
     Raises:
         OSError: the command cannot be started.
@@ -57,7 +61,7 @@ class LocalRank:
     0
     """
 
-    def __init__(self, slot, command, env, stdout, stderr):
+    def __init__(self, slot, command, env, stdout, stderr, cores=None):
         self.slot = slot
         watch_fd, self._lifeline = os.pipe()
         os.set_inheritable(self._lifeline, False)
@@ -65,7 +69,7 @@ class LocalRank:
             self.proc = subprocess.Popen(
                 command, env={**env, cluster.LAUNCHER_FD: str(watch_fd)}, stdin=subprocess.DEVNULL,
                 stdout=stdout, stderr=stderr, pass_fds=(watch_fd,), start_new_session=True,
-                preexec_fn=die_with(os.getpid()))
+                preexec_fn=die_with(os.getpid(), cores))
         except OSError:
             os.close(self._lifeline)
             raise

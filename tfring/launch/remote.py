@@ -23,6 +23,7 @@ import threading
 
 from tfring.launch import addresses
 from tfring.launch import cluster
+from tfring.launch import core_binding
 from tfring.launch import hosts
 from tfring.launch import local_rank
 from tfring.launch import versions
@@ -108,8 +109,13 @@ def main():
     signal.alarm(0)
     env = {**os.environ, **job["env"]}
     env.setdefault(cluster.ADVERTISE_HOST, reply["address"])
+    slot = hosts.Slot(**job["slot"])
     try:
-        rank = local_rank.LocalRank(hosts.Slot(**job["slot"]), job["command"], env, None, None)
+        cores = core_binding.plan(job["bind_to"], slot.local_rank, slot.local_size)
+    except ValueError as e:
+        _fail(str(e))
+    try:
+        rank = local_rank.LocalRank(slot, job["command"], env, None, None, cores)
     except OSError as e:
         _fail(f"cannot start {job['command'][0]!r}: {e.strerror or e}")
     told = threading.Event()

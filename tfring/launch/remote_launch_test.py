@@ -60,6 +60,23 @@ def test_ranks_on_other_hosts_get_their_environment_over_the_channel(tmp_path):
     assert argv.count("tfring.launch.remote") == 3 and "TFRING_SECRET" not in argv and "bar" not in argv
 
 
+def test_bind_to_core_binds_ranks_on_each_host_to_that_hosts_share(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    if len(cores) < 2:
+        pytest.skip("needs 2 usable cores")
+    rsh = _rsh(tmp_path, 'exec sh -c "$command"')
+    code = "import os; print(os.environ['TFRING_LOCAL_RANK'], sorted(os.sched_getaffinity(0)))"
+    proc = _launch(["-H", "hostA:2,hostB:1", "--rsh", rsh, "--all-output", "--bind-to", "core",
+                    sys.executable, "-c", code], cwd=tmp_path, preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == [f"[0] 0 [{cores[0]}]", f"[1] 1 [{cores[1]}]", f"[2] 0 {cores}"]
+    # A host with fewer cores than ranks says so, naming itself.
+    proc = _launch(["-H", "hostA:3", "--rsh", rsh, "--bind-to", "core", sys.executable, "-c", "print('started')"],
+                   cwd=tmp_path, preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    assert proc.returncode != 0 and "started" not in proc.stdout
+    assert "--bind-to core: 3 ranks on this host but only 2 usable core(s)" in proc.stderr, proc.stderr
+
+
 def test_a_host_that_cannot_be_reached_fails_the_start_naming_it(tmp_path):
     rsh = _rsh(tmp_path, '[ "$host" = bad ] && { echo "ssh: Could not resolve hostname bad: Name or service '
                          'not known" >&2; exit 255; }\nexec sh -c "$command"')

@@ -104,10 +104,10 @@ class RemoteRank:
         """Step 1: asks the far end what it runs and where it is."""
         self._write(json.dumps({"interface": interface, "want_port": want_port}) + "\n")
 
-    def send_job(self, env, command):
-        """Step 3: the rank's environment and command; the rank starts."""
+    def send_job(self, env, command, bind_to="none"):
+        """Step 3: the rank's environment and command, and how to bind it to cores; the rank starts."""
         slot = vars(self.slot)
-        self._write(json.dumps({"env": env, "command": list(command), "slot": slot}) + "\n")
+        self._write(json.dumps({"env": env, "command": list(command), "slot": slot, "bind_to": bind_to}) + "\n")
 
     def pump_stdout(self, take):
         """Reads ssh's stdout until EOF: the ready line, then the rank's output (run in a thread)."""

@@ -18,6 +18,8 @@ each of them across processes:
   by record: see `input_sharding`).
 """
 
+import weakref
+
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import distribute_utils
@@ -83,6 +85,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self._size = size
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
+        self._sharded_inputs = weakref.WeakKeyDictionary()  # a dataset -> this rank's share of it
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
         self.gradients_zeroed = False  # a rank without rows already zeroed its gradients (gradient_accumulation)
@@ -293,7 +296,13 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     # ---- input ----
     def _experimental_distribute_dataset(self, dataset, options):
-        return self._one_replica_input(input_sharding.shard_for_rank(dataset, self._rank, self._size), options)
+        # Keras distributes the same dataset again at every fit/evaluate call: shard it once (the
+        # slicing function is traced and the dataset's graph read each time otherwise).
+        sharded = self._sharded_inputs.get(dataset)
+        if sharded is None:
+            sharded = input_sharding.shard_for_rank(dataset, self._rank, self._size)
+            self._sharded_inputs[dataset] = sharded
+        return self._one_replica_input(sharded, options)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
         return self._one_replica_input(input_sharding.without_autoshard(dataset_fn(self._input_context())), options)
