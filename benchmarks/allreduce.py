@@ -61,13 +61,17 @@ def time_calls(fn, barrier, repeats):
 
 # ---- workers: each runs inside a 2-process job and prints one RESULT line on rank 0 ----
 
-def tfring_step(arrays):
+def tfring_step(arrays, at_the_boundary=False):
     """Returns a callable that sums `arrays` across the ranks with tfring's TF op once and waits.
 
-    The tensors are captured by the function, as in `mwms_step`: no per-call argument cost.
+    As in a training step, the op's inputs are made inside the `tf.function` and its results are
+    used there (one is returned). With `at_the_boundary` the tensors are captured by the function
+    instead and every result is returned to Python, as in `mwms_step`: TensorFlow's own cost of
+    passing 1000 tensors into and out of a function is then part of the time (`identity_step`).
 
     Args:
         arrays: this rank's NumPy arrays; `tfring.init()` has run.
+        at_the_boundary: capture the inputs and return every result.
 
     Returns:
         A function of no arguments; it returns when the last sum is on the host.
@@ -76,11 +80,27 @@ def tfring_step(arrays):
 
     import tfring
 
-    grads = [tf.constant(a) for a in arrays]
-    step = tf.function(lambda: tfring.ops.allreduce(grads, op="sum"))
+    if at_the_boundary:
+        grads = [tf.constant(a) for a in arrays]
+        step = tf.function(lambda: tfring.ops.allreduce(grads, op="sum"))
+    else:
+        step = tf.function(lambda: tfring.ops.allreduce([tf.constant(a) for a in arrays], op="sum")[-1:])
 
     def run():
         step()[-1].numpy()  # wait for the result
+    return run
+
+
+def identity_step(arrays):
+    """TensorFlow alone, no collective: `tf.identity_n` over the same captured tensors, every
+    result returned, which is what a function with 1000 inputs and outputs costs by itself."""
+    import tensorflow as tf
+
+    grads = [tf.constant(a) for a in arrays]
+    step = tf.function(lambda: tf.identity_n(grads))
+
+    def run():
+        step()[-1].numpy()
     return run
 
 
@@ -99,15 +119,24 @@ def worker_tfring(args):
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tfring.init()
-    results, core = {}, {}
+    results, boundary, identity, core = {}, {}, {}, {}
     for workload in WORKLOADS:
         arrays = tensors(workload, tfring.rank())
         results[workload] = time_calls(tfring_step(arrays), tfring.ops.barrier, args.repeats)
         core[workload] = time_calls(core_step(arrays), tfring.ops.barrier, args.repeats)
+        if workload == "small1000" and tfring.transport_name().startswith("shm"):  # once, not per transport
+            boundary[workload] = time_calls(tfring_step(arrays, at_the_boundary=True), tfring.ops.barrier,
+                                            args.repeats)
+            identity[workload] = time_calls(identity_step(arrays), tfring.ops.barrier, args.repeats)
     if tfring.rank() == 0:
         name = tfring.transport_name()
-        report(f"tfring ({name})", results)
+        report(f"tfring ({name})", results, "one op in a tf.function, its results used inside it")
         report(f"tfring core, no TF ({name})", core, "the same engine called through its C API on NumPy buffers")
+        if boundary:
+            report(f"tfring ({name}), captured inputs, all results returned", boundary,
+                   "the op's tensors passed into and out of the tf.function")
+            report("TF alone: identity_n, captured inputs, all returned", identity,
+                   "no collective: TensorFlow's cost of 1000 tensors in and out of a function")
 
 
 def core_step(arrays):

@@ -11,7 +11,8 @@ end, so most gradient bytes exist early in the backward pass) trains on syntheti
 Printed: the step's compute alone (the same model and per-rank batch, one rank, no
 communication), the allreduce of its gradients alone (one fused collective, between the hosts),
 and the step under RingStrategy with `bucket_bytes=0` (one allreduce after the backward pass) and
-with each of `--buckets` (MiB), beside the target max(compute, communication) * 1.15.
+with each of `--buckets` (MiB), and with `bucket_bytes="auto"` after its trial (what it picked),
+beside the target max(compute, communication) * 1.15.
 
 Accumulation: a 2.1 M-parameter MLP
 (8.4 MB of float32 gradients) trains on synthetic rows, 32 per rank per micro-step, with
@@ -123,7 +124,7 @@ def _overlap_job(run, rows):
     if run == "compute":
         # What RingStrategy sets up for a rank on one core (tfring.strategy.inter_op_threads).
         tf.config.threading.set_inter_op_parallelism_threads(2)
-    strategy = None if run == "compute" else tfring.RingStrategy(bucket_bytes=int(run))
+    strategy = None if run == "compute" else tfring.RingStrategy(bucket_bytes=run if run == "auto" else int(run))
     size = strategy.size if strategy else 1
     rng = np.random.default_rng(0)
     x = rng.standard_normal((rows * size * OVERLAP_STEPS, IMAGE, IMAGE, 3)).astype("float32")
@@ -131,7 +132,10 @@ def _overlap_job(run, rows):
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = _vgg(keras)
         model.compile(optimizer=keras.optimizers.SGD(0.001), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x[:rows * size * 2], y[:rows * size * 2], batch_size=rows * size, epochs=1, verbose=0)  # tracing
+    if run == "auto":  # the tuner's trial: 6 sizes x 7 steps, a retrace each
+        model.fit(x, y, batch_size=rows * size, epochs=6, verbose=0)
+    else:
+        model.fit(x[:rows * size * 2], y[:rows * size * 2], batch_size=rows * size, epochs=1, verbose=0)  # tracing
     stamps, spans = [], []
     timer = keras.callbacks.LambdaCallback(
         on_train_batch_begin=lambda *_, **__: spans.append([time.time() * 1e6]),
@@ -153,6 +157,7 @@ def _overlap_job(run, rows):
             reduce(grads)[0].numpy()
             times.append(time.perf_counter() - start)
         result["allreduce_ms"] = 1000 * statistics.median(times)
+        result["bucket_bytes"] = strategy.bucket_bytes
     if not strategy or strategy.rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
 
@@ -171,7 +176,8 @@ def overlap(args):
     """The overlap part: compute alone, communication alone, and the step with and without buckets."""
     from tfring.emulated_hosts import EmulatedHosts
 
-    runs = {run: [] for run in ["compute", "0"] + [str(int(float(mib) * 2**20)) for mib in args.buckets.split(",")]}
+    runs = {run: [] for run in ["compute", "0"] + [str(int(float(mib) * 2**20)) for mib in args.buckets.split(",")]
+            + ["auto"]}
     pictured = {"0": "bucket_bytes=0: one allreduce after the backward pass",
                 str(4 << 20): "bucket_bytes=4 MiB (default): buckets leave as their gradients exist"}
     traces = tempfile.mkdtemp(prefix="tfring-step-time-")
@@ -197,14 +203,20 @@ def overlap(args):
     mb = runs["compute"][0]["gradient_bytes"] / 1e6
     print(f"overlap: 2 emulated hosts x 1 rank (each pinned to one core), link {args.rate} Mbit/s, VGG-like CNN "
           f"({mb:.1f} MB of gradients), {args.rows} images per rank per step; medians of {args.rounds} rounds")
-    print(f"{'':34} {'ms':>9} {'vs target':>10}")
+    print(f"{'':40} {'ms':>9} {'vs target':>10}")
     rows = [("compute alone (1 rank)", med["compute"]), ("allreduce of the gradients alone", comm)]
-    rows += [(f"step, bucket_bytes={int(run) / 2**20:g} MiB" if run != "0" else "step, bucket_bytes=0", med[run])
-             for run in runs if run != "compute"]
+    rows += [(_step_label(run, runs[run]), med[run]) for run in runs if run != "compute"]
     rows += [("target: max(compute, comm) x 1.15", target)]
     for name, ms in rows:
-        print(f"{name:34} {ms:>9.1f} {ms / target:>10.2f}")
+        print(f"{name:40} {ms:>9.1f} {ms / target:>10.2f}")
     return {"runs": runs, "medians_ms": med, "allreduce_ms": comm, "target_ms": target}
+
+
+def _step_label(run, results):
+    if run == "auto":
+        picked = ", ".join(sorted({f"{r['bucket_bytes'] / 2**20:g}" for r in results}))
+        return f"step, auto (picked {picked} MiB)"
+    return f"step, bucket_bytes={int(run) / 2**20:g} MiB" if run != "0" else "step, bucket_bytes=0"
 
 
 def accumulation(args):

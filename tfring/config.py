@@ -69,6 +69,14 @@ def _bytes(value):
     return _require(int(value) >= 0, int(value))
 
 
+def _bytes_or_auto_text(text):
+    return "auto" if text.strip().lower() == "auto" else int(text)
+
+
+def _bytes_or_auto(value):
+    return value if value == "auto" else _bytes(value)
+
+
 def _bool(value):
     # True/False, or 1/0 as the README's table and the environment variable write it.
     _require(isinstance(value, bool) or (_real(value) and value in (0, 1)), value)
@@ -78,6 +86,7 @@ def _bool(value):
 SECONDS = Kind(float, _seconds, "a number of seconds > 0", repr)
 SECONDS_OR_OFF = Kind(float, _seconds_or_off, "a number of seconds >= 0 (0: off)", repr)
 BYTES = Kind(int, _bytes, "a whole number of bytes >= 0")
+BYTES_OR_AUTO = Kind(_bytes_or_auto_text, _bytes_or_auto, "a whole number of bytes >= 0, or 'auto'")
 FLAG = Kind(_flag, _bool, "0 or 1", lambda v: "1" if v else "0")
 TEXT = Kind(str, lambda v: _require(isinstance(v, str) and "\n" not in v, v), "text on one line")
 # Text that travels in the core's space-separated records (the rendezvous endpoint).
@@ -93,7 +102,7 @@ def setting(default, kind, meaning, env=None, shown_default=None, core=True):
 
     Args:
         default: the value when neither an argument nor the environment gives one.
-        kind: a `Kind` (`SECONDS`, `SECONDS_OR_OFF`, `BYTES`, `FLAG`, `TEXT`, `WORD`, `TRANSPORT`, `ALLREDUCE`).
+        kind: a `Kind` (`SECONDS`, `SECONDS_OR_OFF`, `BYTES`, `BYTES_OR_AUTO`, `FLAG`, `TEXT`, `WORD`, `TRANSPORT`, `ALLREDUCE`).
         meaning: one line for the README's table and for messages.
         env: the environment variable that sets it, or None (argument only).
         shown_default: how the README shows the default, when not `str(default)`.
@@ -143,7 +152,8 @@ class Config:
         bucket_bytes: `RingStrategy` cuts the gradients into buckets of about this many bytes, in
             the order the backward pass produces them, and starts each bucket's allreduce as soon
             as its gradients exist, so communication overlaps the rest of the backward pass.
-            0: one allreduce of every gradient after the backward pass.
+            0: one allreduce of every gradient after the backward pass. `"auto"`: `fit` tries
+            sizes from 1 to 32 MiB over its first steps and keeps the fastest (`bucket_tuning`).
 
     Example:
 
@@ -186,9 +196,10 @@ class Config:
     stall_warning: float = setting(10.0, SECONDS_OR_OFF, "seconds a collective may wait before every waiting "
                                    "rank logs which ranks have not submitted it, repeated at that interval "
                                    "until `timeout` (0: never)", env="TFRING_STALL_WARNING", shown_default="10")
-    bucket_bytes: int = setting(4 * MiB, BYTES, "`RingStrategy`: bytes of gradients per bucket; each bucket's "
-                                "allreduce starts as soon as its gradients exist, overlapping the backward pass "
-                                "(0: one allreduce after the backward pass)", env="TFRING_BUCKET_BYTES",
+    bucket_bytes: int = setting(4 * MiB, BYTES_OR_AUTO, "`RingStrategy`: bytes of gradients per bucket; each "
+                                "bucket's allreduce starts as soon as its gradients exist, overlapping the "
+                                "backward pass (0: one allreduce after the backward pass; `auto`: `fit` times "
+                                "1-32 MiB over its first steps and keeps the fastest)", env="TFRING_BUCKET_BYTES",
                                 core=False)
 
     @classmethod

@@ -117,3 +117,13 @@ def test_the_stall_warning_may_be_off_but_not_negative():
     assert Config.resolve(environ={}, stall_warning=2.5).stall_warning == 2.5
     with pytest.raises(ValueError, match=r"stall_warning must be a number of seconds >= 0 \(0: off\), got -1"):
         Config.resolve(environ={}, stall_warning=-1)
+
+
+def test_bucket_bytes_is_a_size_or_auto():
+    assert Config.resolve(environ={"TFRING_BUCKET_BYTES": "auto"}).bucket_bytes == "auto"
+    assert Config.resolve(environ={"TFRING_BUCKET_BYTES": "1048576"}).bucket_bytes == 1 << 20
+    assert Config.resolve(environ={}, bucket_bytes="auto").bucket_bytes == "auto"
+    with pytest.raises(ValueError, match=r"TFRING_BUCKET_BYTES.*a whole number of bytes >= 0, or 'auto'"):
+        Config.resolve(environ={"TFRING_BUCKET_BYTES": "fast"})
+    with pytest.raises(ValueError, match=r"bucket_bytes must be a whole number of bytes >= 0, or 'auto', got 'best'"):
+        Config.resolve(environ={}, bucket_bytes="best")

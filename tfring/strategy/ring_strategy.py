@@ -32,6 +32,7 @@ from tfring import config
 from tfring import runtime
 from tfring.ops import collectives
 from tfring.ops import ordering
+from tfring.strategy import bucket_tuning
 from tfring.strategy import checkpointing
 from tfring.strategy import input_sharding
 from tfring.strategy import inter_op_threads
@@ -80,7 +81,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
     def __init__(self, container_strategy, device, rank, size, compression, sparse_as_dense=False,
                  bucket_bytes=0):
         super().__init__(container_strategy, device)
-        self._bucket_bytes = bucket_bytes
+        self.bucket_bytes = bucket_bytes  # read when the train step is traced (bucket_tuning changes it)
         self._rank = rank
         self._size = size
         self._compression = compression
@@ -236,7 +237,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
     def _reduce_gradients(self, reduce_op, values):
         """Dense gradients, all-reduced in buckets (gradient_buckets); a rank without rows adds zeros."""
         values = [tf.convert_to_tensor(v) for v in values]
-        order = gradient_buckets.plan(values, 0 if tf.executing_eagerly() else self._bucket_bytes)
+        order = gradient_buckets.plan(values, 0 if tf.executing_eagerly() else self.bucket_bytes)
         buckets = [[values[i] for i in idx] for idx in order]
         if self.step_rows is not None and not self.gradients_zeroed:
             # One decision per bucket, so that each bucket waits only for its own gradients.
@@ -372,8 +373,10 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         bucket_bytes: about how many bytes of gradients travel together: each bucket's allreduce
             starts as soon as the backward pass has produced its gradients, overlapping the rest
             of the backward pass (see `gradient_buckets`). 0: one allreduce of every gradient
-            after the backward pass. None: `TFRING_BUCKET_BYTES`, else 4 MiB. Every rank must
-            use the same value.
+            after the backward pass. `"auto"`: the first steps of `fit` try 1 to 32 MiB, one size
+            after another, and keep the fastest on the slowest rank, which rank 0 prints (see
+            `bucket_tuning`; each size tried retraces the train step once). None:
+            `TFRING_BUCKET_BYTES`, else 4 MiB. Every rank must use the same value.
 
     Example:
 
@@ -407,6 +410,18 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), runtime.local_rank())
         bucket_bytes = gradient_buckets.agreed(settings.bucket_bytes, device, self.size)
+        tune = bucket_bytes == "auto" and self.size > 1
+        if bucket_bytes == "auto":  # tuned from the default; one rank has nothing to tune
+            bucket_bytes = config.Config.bucket_bytes
         extended = RingExtended(self, device, self.rank, self.size, wire[compression], bool(sparse_as_dense),
                                 bucket_bytes)
         distribute_lib.Strategy.__init__(self, extended)
+        self.bucket_tuner = bucket_tuning.BucketTuner(extended, self.rank) if tune else None
+        if tune:
+            bucket_tuning.install()
+
+    @property
+    def bucket_bytes(self):
+        """The bytes of gradients per bucket in use (0: none). With `bucket_bytes="auto"` it is the
+        size being tried until `bucket_tuner.picked` is set, then the one picked."""
+        return self.extended.bucket_bytes

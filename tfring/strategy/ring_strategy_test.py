@@ -49,3 +49,11 @@ def test_a_dataset_distributed_again_is_sharded_once(monkeypatch):
         for _ in range(3):
             assert [b.numpy().tolist() for b in strategy.experimental_distribute_dataset(dataset)] == batches
     assert calls == [first, second]
+
+
+def test_auto_bucket_bytes_on_one_rank_keeps_the_default_without_tuning():
+    from tfring import config
+    from tfring.strategy.ring_strategy import RingStrategy
+
+    strategy = RingStrategy(bucket_bytes="auto")
+    assert strategy.bucket_tuner is None and strategy.bucket_bytes == config.Config.bucket_bytes
