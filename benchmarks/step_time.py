@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -180,7 +181,7 @@ def overlap(args):
             + ["auto"]}
     pictured = {"0": "bucket_bytes=0: one allreduce after the backward pass",
                 str(4 << 20): "bucket_bytes=4 MiB (default): buckets leave as their gradients exist"}
-    traces = tempfile.mkdtemp(prefix="tfring-step-time-")
+    traces = tempfile.mkdtemp(prefix="tfring-step-time-") if args.picture else None
     with EmulatedHosts(2) as hosts:
         hosts.shape(args.rate)
         for _ in range(args.rounds):
@@ -196,6 +197,7 @@ def overlap(args):
 
         step_picture.draw([(title, os.path.join(traces, run)) for run, title in pictured.items() if run in runs],
                           args.picture)
+        shutil.rmtree(traces)
         print(f"picture of step 4 (both ranks, last round): {args.picture}")
     med = {run: statistics.median(r["step_ms"] for r in results) for run, results in runs.items()}
     comm = statistics.median(r["allreduce_ms"] for run in runs if run != "compute" for r in runs[run])

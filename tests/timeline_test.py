@@ -33,17 +33,30 @@ def _load(path):
     return events, spans
 
 
+PHASES = ("wait for peers", "move data")
+RING_PHASES = ("pack", "reduce-scatter", "allgather", "unpack", "hierarchical allreduce")
+
+
+def _inside(inner, outer):
+    return (inner["tid"] == outer["tid"] and outer["ts"] <= inner["ts"]
+            and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"])
+
+
 def test_each_rank_traces_its_collectives_and_the_buckets_overlap_the_backward_pass(tmp_path):
     proc = run_job(2, FIT, env={"TFRING_TIMELINE": str(tmp_path / "trace.json")}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank in (0, 1):
         events, spans = _load(tmp_path / f"trace.rank{rank}.json")
-        collectives = [s for s in spans if s["name"] not in ("wait for peers", "move data")]
-        phases = [s for s in spans if s["name"] in ("wait for peers", "move data")]
+        collectives = [s for s in spans if s["name"] not in PHASES + RING_PHASES]
+        phases = [s for s in spans if s["name"] in PHASES]
+        moves = [s for s in spans if s["name"] == "move data"]
         assert collectives and len(phases) >= len(collectives)
         for p in phases:  # every phase lies inside a collective of its lane
-            assert any(c["tid"] == p["tid"] and c["ts"] <= p["ts"] and p["ts"] + p["dur"] <= c["ts"] + c["dur"]
-                       for c in collectives), p
+            assert any(_inside(p, c) for c in collectives), p
+        ring_phases = [s for s in spans if s["name"] in RING_PHASES]
+        assert {s["name"] for s in ring_phases} >= {"reduce-scatter", "allgather"}
+        for p in ring_phases:  # and a ring allreduce's own phases inside its "move data"
+            assert any(_inside(p, m) for m in moves), p
         buckets = [c for c in collectives if "TfringAllreduceStart" in c["name"]]
         submits = [e for e in events if e["ph"] == "i" and "TfringAllreduceStart" in e["name"]]
         per_step = len({c["name"] for c in buckets})

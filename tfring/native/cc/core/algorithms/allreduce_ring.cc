@@ -77,12 +77,14 @@ void ringAllgatherSegments(Transport* t, int size, const IoList& out, DataType t
 }
 
 void ringAllreduce(Transport* t, int size, const IoList& in, const IoList& out, DataType type, ReduceOp op,
-                   Deadline deadline, int meanOver) {
+                   Deadline deadline, int meanOver, const PhaseEnded& phaseEnded) {
   ringReduceScatter(t, size, in, out, type, op, deadline);
   // Our fully reduced segment; divide once here so every rank ends with the same bits.
   const int divisor = meanOver ? meanOver : size;
   if (op == ReduceOp::kMean && divisor > 1) dividePieces(ownedPart(t, size, out, type), type, divisor);
+  if (phaseEnded) phaseEnded("reduce-scatter");
   if (size > 1) ringAllgatherSegments(t, size, out, type, deadline);
+  if (phaseEnded) phaseEnded("allgather");
 }
 
 }  // namespace tfring

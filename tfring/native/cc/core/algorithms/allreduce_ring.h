@@ -16,6 +16,8 @@
 // run them on the ring inside a host, with a ring across hosts in between.
 #pragma once
 
+#include <functional>
+
 #include "common.h"
 #include "data_type.h"
 #include "transport/transport.h"
@@ -36,9 +38,13 @@ inline int ownedSegment(int rank, int size) { return (rank + 1) % size; }
 // The pieces of `out` that this rank owns after ringReduceScatter (all of it when size == 1).
 IoList ownedPart(const Transport* transport, int size, const IoList& out, DataType type);
 
+// Called as each phase of ringAllreduce ends, with its name ("reduce-scatter", "allgather"), so a
+// caller can time them (the timeline).
+using PhaseEnded = std::function<void(const char* phase)>;
+
 // `transport` is null when size == 1. MEAN divides the sum by `meanOver` ranks (0: by `size`).
 void ringAllreduce(Transport* transport, int size, const IoList& in, const IoList& out, DataType type,
-                   ReduceOp op, Deadline deadline, int meanOver = 0);
+                   ReduceOp op, Deadline deadline, int meanOver = 0, const PhaseEnded& phaseEnded = nullptr);
 
 // The first phase: afterwards segment ownedSegment(rank, size) of `out` holds the reduction of
 // every rank's `in` (MEAN: the sum, undivided); the other segments hold partial results.

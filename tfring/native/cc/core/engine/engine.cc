@@ -171,15 +171,23 @@ void Engine::allreduce(Request& r, Deadline d) {
   for (const FusionPass& pass : planFusion(r.tensors, config_.fusionThresholdBytes)) {
     if (fusion_.size() < pass.packBytes) fusion_.resize(pass.packBytes);
     IoList in, out;
+    PhaseSpans phases(timeline_, r.name);
     pass.pack(r.tensors, fusion_.data(), &in, &out);
-    reduce(in, out, r.type, r.op, d);
+    if (pass.packBytes) phases.mark("pack");
+    reduce(in, out, r.type, r.op, d, phases);
     pass.unpack(r.tensors, fusion_.data());
+    if (pass.packBytes) phases.mark("unpack");
   }
 }
 
-void Engine::reduce(const IoList& in, const IoList& out, DataType type, ReduceOp op, Deadline d) {
-  if (!rings_.hierarchical()) return ringAllreduce(world(), config_.size, in, out, type, op, d);
+void Engine::reduce(const IoList& in, const IoList& out, DataType type, ReduceOp op, Deadline d,
+                    PhaseSpans& phases) {
+  if (!rings_.hierarchical()) {
+    return ringAllreduce(world(), config_.size, in, out, type, op, d, 0,
+                         [&phases](const char* phase) { phases.mark(phase); });
+  }
   hierarchicalAllreduce(rings_.local.get(), rings_.localSize, rings_.cross.get(), rings_.hosts, in, out, type, op, d);
+  phases.mark("hierarchical allreduce");
 }
 
 void Engine::broadcast(Request& r, Deadline d) {
@@ -199,7 +207,8 @@ void Engine::staged(Request& r, Deadline d) {
   r.staged([&](void* data, size_t bytes) {
     IoList piece = {{data, bytes}};
     if (r.kind == OpKind::kAllreduce) {
-      reduce(piece, piece, r.type, r.op, d);
+      PhaseSpans phases(timeline_, r.name);
+      reduce(piece, piece, r.type, r.op, d, phases);
     } else {
       ringBroadcast(world(), config_.size, r.root, piece, d);
     }

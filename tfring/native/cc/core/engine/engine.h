@@ -60,7 +60,7 @@ class Engine {
   Transport* world() const { return rings_.world.get(); }
   void allreduce(Request& r, Deadline d);
   // One allreduce pass, over the world ring or hierarchically (transport/rings.h).
-  void reduce(const IoList& in, const IoList& out, DataType type, ReduceOp op, Deadline d);
+  void reduce(const IoList& in, const IoList& out, DataType type, ReduceOp op, Deadline d, PhaseSpans& phases);
   void broadcast(Request& r, Deadline d);
   void staged(Request& r, Deadline d);
   void allgather(Request& r, Deadline d);

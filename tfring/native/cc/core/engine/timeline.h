@@ -5,7 +5,8 @@
 // Open the files in ui.perfetto.dev or chrome://tracing; every rank writes its own (the path with
 // ".rank<R>" before ".json"), timestamps are wall-clock microseconds so ranks' files line up.
 // Lanes (tid): 1 "submitted" (instants, from the framework's threads), 2 "engine" (each collective,
-// with its "wait for peers" and "move data" spans nested inside it).
+// with its "wait for peers" and "move data" spans nested inside it, and inside "move data" an
+// allreduce's phases: "pack", "reduce-scatter", "allgather", "unpack" per fusion pass).
 #pragma once
 
 #include <chrono>
@@ -36,6 +37,25 @@ class Timeline {
   std::FILE* file_ = nullptr;
   int rank_;
   bool first_ = true;
+};
+
+// Spans of consecutive phases on the engine lane: mark(name) ends the phase that began at the
+// previous mark (or at construction). Costs one check per mark when the timeline is off.
+class PhaseSpans {
+ public:
+  PhaseSpans(Timeline& timeline, const std::string& detail)
+      : timeline_(timeline), detail_(timeline.on() ? detail : std::string()), last_(Timeline::Clock::now()) {}
+  void mark(const char* name) {
+    if (!timeline_.on()) return;
+    const auto now = Timeline::Clock::now();
+    timeline_.span(name, Timeline::kEngine, last_, now, detail_);
+    last_ = now;
+  }
+
+ private:
+  Timeline& timeline_;
+  std::string detail_;
+  Timeline::Clock::time_point last_;
 };
 
 // "trace.json" -> "trace.rank3.json"; "trace" -> "trace.rank3.json".

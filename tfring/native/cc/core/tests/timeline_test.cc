@@ -35,7 +35,8 @@ TEST(timeline_traces_each_collective_with_its_phases) {
     auto ps = std::make_shared<PrefixStore>(job, store);
     {
       Engine e(c, connectRing(c, *ps), ps);
-      std::vector<std::vector<float>> big = {std::vector<float>(100000, 1.0f)}, small = {std::vector<float>(3, 1.0f)};
+      std::vector<std::vector<float>> big = {std::vector<float>(100000, 1.0f), std::vector<float>(3, 1.0f)},
+                                      small = {std::vector<float>(3, 1.0f)};
       CHECK(call(e, allreduceOf(big)).ok());
       CHECK(call(e, allreduceOf(small)).ok());
     }
@@ -50,7 +51,12 @@ TEST(timeline_traces_each_collective_with_its_phases) {
     CHECK(text.find("\"name\":\"allreduce grads\"") != std::string::npos);
     CHECK(text.find("\"name\":\"wait for peers\"") != std::string::npos);
     CHECK(text.find("\"name\":\"move data\"") != std::string::npos);
-    CHECK(text.find("allreduce 'grads' (1 tensor, shape [100000])") != std::string::npos);
+    // Inside "move data" of the ring allreduce: its two phases, and the small tensor beside the
+    // big one packed and unpacked.
+    for (const char* phase : {"reduce-scatter", "allgather", "pack", "unpack"}) {
+      CHECK(text.find(std::string("\"name\":\"") + phase + "\"") != std::string::npos);
+    }
+    CHECK(text.find("allreduce 'grads' (2 tensors, shapes [100000] [3])") != std::string::npos);
     CHECK(text.find("\"name\":\"rank " + std::to_string(rank) + "\"") != std::string::npos);
   }
 }
