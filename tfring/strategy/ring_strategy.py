@@ -18,7 +18,7 @@ each of them across processes:
   by record: see `input_sharding`).
 """
 
-import weakref
+import collections
 
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib
@@ -46,6 +46,10 @@ from tfring.strategy import gradient_accumulation
 from tfring.strategy import gradient_buckets
 from tfring.strategy import sparse_gradients
 from tfring.strategy import step_rows
+
+# How many distributed datasets a strategy keeps its rank's share of (a training set, a
+# validation set, ...), so that fit and evaluate called again do not shard them again.
+_SHARED_INPUTS_KEPT = 4
 
 
 def _unwrap_initial_value(initial_value):
@@ -86,7 +90,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self._size = size
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
-        self._sharded_inputs = weakref.WeakKeyDictionary()  # a dataset -> this rank's share of it
+        self._sharded_inputs = collections.OrderedDict()  # id(dataset) -> (dataset, this rank's share)
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
         self.gradients_zeroed = False  # a rank without rows already zeroed its gradients (gradient_accumulation)
@@ -297,13 +301,23 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     # ---- input ----
     def _experimental_distribute_dataset(self, dataset, options):
-        # Keras distributes the same dataset again at every fit/evaluate call: shard it once (the
-        # slicing function is traced and the dataset's graph read each time otherwise).
-        sharded = self._sharded_inputs.get(dataset)
-        if sharded is None:
-            sharded = input_sharding.shard_for_rank(dataset, self._rank, self._size)
-            self._sharded_inputs[dataset] = sharded
-        return self._one_replica_input(sharded, options)
+        return self._one_replica_input(self._share_of(dataset), options)
+
+    def _share_of(self, dataset):
+        """This rank's share of `dataset`, made once for the last few datasets distributed.
+
+        Keras distributes the same dataset again at every fit/evaluate call; sharding it anew
+        traced the slicing function and read the dataset's graph each time. The entries hold
+        their datasets (a share refers to its input anyway), so only `_SHARED_INPUTS_KEPT` are kept.
+        """
+        entry = self._sharded_inputs.get(id(dataset))
+        if entry is None or entry[0] is not dataset:
+            entry = (dataset, input_sharding.shard_for_rank(dataset, self._rank, self._size))
+            self._sharded_inputs[id(dataset)] = entry
+            while len(self._sharded_inputs) > _SHARED_INPUTS_KEPT:
+                self._sharded_inputs.popitem(last=False)
+        self._sharded_inputs.move_to_end(id(dataset))
+        return entry[1]
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
         return self._one_replica_input(input_sharding.without_autoshard(dataset_fn(self._input_context())), options)

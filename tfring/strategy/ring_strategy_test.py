@@ -51,6 +51,26 @@ def test_a_dataset_distributed_again_is_sharded_once(monkeypatch):
     assert calls == [first, second]
 
 
+def test_only_the_last_few_distributed_datasets_are_kept():
+    # A dataset made for each fit call (fit on NumPy arrays builds one) must not stay alive.
+    import gc
+    import weakref
+
+    import tensorflow as tf
+
+    from tfring.strategy.ring_strategy import RingStrategy
+
+    strategy = RingStrategy()
+    made = []
+    for n in range(10):
+        dataset = tf.data.Dataset.range(n + 1).batch(4)
+        strategy.experimental_distribute_dataset(dataset)
+        made.append(weakref.ref(dataset))
+    del dataset
+    gc.collect()
+    assert [ref() is not None for ref in made] == [False] * 6 + [True] * 4
+
+
 def test_auto_bucket_bytes_on_one_rank_keeps_the_default_without_tuning():
     from tfring import config
     from tfring.strategy.ring_strategy import RingStrategy
