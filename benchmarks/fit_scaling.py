@@ -235,7 +235,8 @@ OVERHEAD = [("ring2-pinned", "alone2-pinned"), ("ring2-pinned-off", "alone2-pinn
             ("ring1-pinned", "alone1-pinned"), ("ring1", "alone1")]
 
 
-def _measure(keys, rounds):
+def measure(keys, rounds):
+    """Runs each of `keys` (of RUNS) once per round, interleaved: (samples, labels) by key."""
     samples, labels = {k: [] for k in keys}, {}
     for _ in range(rounds):
         for key in keys:
@@ -266,7 +267,8 @@ def _print_scaling(med, labels, rounds):
         print(f"2 ranks vs 2 independent processes on the same cores: {med['ring2'] / med['alone2']:.1%}")
 
 
-def _print_overhead(med, samples, labels, rounds):
+def print_overhead(med, samples, labels, rounds):
+    """The overhead table: each tfring run of OVERHEAD beside its ceiling, medians and per round."""
     rows = [(a, b) for a, b in OVERHEAD if a in med and b in med]
     if not rows:
         return
@@ -302,10 +304,10 @@ def main():
     import numpy as np
 
     keys = list(dict.fromkeys(k for p in parts for k in PARTS[p]))
-    samples, labels = _measure(keys, args.rounds)
+    samples, labels = measure(keys, args.rounds)
     med = {k: float(np.median(v)) for k, v in samples.items() if v}
     _print_scaling(med, labels, args.rounds)
-    _print_overhead(med, samples, labels, args.rounds)
+    print_overhead(med, samples, labels, args.rounds)
     with open(args.json, "w") as f:
         json.dump({"samples": samples, "medians": med, "labels": labels}, f, indent=1)
     return 0

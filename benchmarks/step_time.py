@@ -1,6 +1,7 @@
 """Step time of model.fit under RingStrategy, and what each step all-reduces, in one run.
 
-    sudo .venv/bin/python benchmarks/step_time.py [--parts overlap,accumulation] [--rounds 3] [--json results.json]
+    sudo .venv/bin/python benchmarks/step_time.py [--parts overlap,accumulation,fit-overhead] [--rounds 3]
+        [--json results.json]
 
 Issue 16's benchmark, growing with it.
 
@@ -11,8 +12,9 @@ end, so most gradient bytes exist early in the backward pass) trains on syntheti
 Printed: the step's compute alone (the same model and per-rank batch, one rank, no
 communication), the allreduce of its gradients alone (one fused collective, between the hosts),
 and the step under RingStrategy with `bucket_bytes=0` (one allreduce after the backward pass) and
-with each of `--buckets` (MiB), and with `bucket_bytes="auto"` after its trial (what it picked),
-beside the target max(compute, communication) * 1.15.
+with each of `--buckets` (MiB), with `bucket_bytes="auto"` after its trial (what it picked), and
+with one allreduce per gradient tensor as it is ready (Horovod's pattern, no fusion), beside the
+target max(compute, communication) * 1.15.
 
 Accumulation: a 2.1 M-parameter MLP
 (8.4 MB of float32 gradients) trains on synthetic rows, 32 per rank per micro-step, with
@@ -20,6 +22,9 @@ Accumulation: a 2.1 M-parameter MLP
 this host, one intra-op thread per rank. For each k it prints the median time of a micro-step
 (timed between `on_train_batch_end` calls, after a warm-up epoch) and the gradient bytes each
 rank all-reduced per micro-step (`tfring.traffic()`): accumulation should cut the traffic by k.
+
+Fit overhead: `benchmarks/fit_scaling.py`'s pinned part on this host (2 ranks bound to a core
+each, by record and with `AutoShardPolicy.OFF`, beside two independent pinned processes).
 
 The runs are interleaved over rounds; medians over rounds.
 """
@@ -94,6 +99,9 @@ def _result(proc, what):
 # ---- overlap ----
 IMAGE = 32
 OVERLAP_STEPS = 8
+# One allreduce per gradient tensor, each starting as soon as its gradient exists: Horovod's
+# pattern with its fusion buffer off (bucket_bytes=1 closes a bucket after every tensor).
+PER_TENSOR = "per-tensor"
 
 
 def _pin_to_own_core():
@@ -108,6 +116,11 @@ def _vgg(keras):
                              conv[2], conv[3], keras.layers.MaxPooling2D(), keras.layers.Flatten(),
                              keras.layers.Dense(2048, activation="relu"), keras.layers.Dense(2048, activation="relu"),
                              keras.layers.Dense(10)])
+
+
+def _bucket_setting(run):
+    """A run's `bucket_bytes`: "auto", 1 for one bucket per gradient tensor, or the bytes given."""
+    return {"auto": "auto", PER_TENSOR: 1}.get(run) or int(run)
 
 
 def _overlap_job(run, rows):
@@ -125,7 +138,7 @@ def _overlap_job(run, rows):
     if run == "compute":
         # What RingStrategy sets up for a rank on one core (tfring.strategy.inter_op_threads).
         tf.config.threading.set_inter_op_parallelism_threads(2)
-    strategy = None if run == "compute" else tfring.RingStrategy(bucket_bytes=run if run == "auto" else int(run))
+    strategy = None if run == "compute" else tfring.RingStrategy(bucket_bytes=_bucket_setting(run))
     size = strategy.size if strategy else 1
     rng = np.random.default_rng(0)
     x = rng.standard_normal((rows * size * OVERLAP_STEPS, IMAGE, IMAGE, 3)).astype("float32")
@@ -178,7 +191,7 @@ def overlap(args):
     from tfring.emulated_hosts import EmulatedHosts
 
     runs = {run: [] for run in ["compute", "0"] + [str(int(float(mib) * 2**20)) for mib in args.buckets.split(",")]
-            + ["auto"]}
+            + ["auto", PER_TENSOR]}
     pictured = {"0": "bucket_bytes=0: one allreduce after the backward pass",
                 str(4 << 20): "bucket_bytes=4 MiB (default): buckets leave as their gradients exist"}
     traces = tempfile.mkdtemp(prefix="tfring-step-time-") if args.picture else None
@@ -215,6 +228,8 @@ def overlap(args):
 
 
 def _step_label(run, results):
+    if run == PER_TENSOR:
+        return "step, one allreduce per tensor (Horovod-style)"
     if run == "auto":
         picked = ", ".join(sorted({f"{r['bucket_bytes'] / 2**20:g}" for r in results}))
         return f"step, auto (picked {picked} MiB)"
@@ -240,6 +255,17 @@ def accumulation(args):
     return summary
 
 
+def fit_overhead(args):
+    """The pinned fit overhead on this host: benchmarks/fit_scaling.py's pinned part."""
+    import fit_scaling
+    import numpy as np
+
+    samples, labels = fit_scaling.measure(fit_scaling.PARTS["pinned"], args.rounds)
+    med = {k: float(np.median(v)) for k, v in samples.items() if v}
+    fit_scaling.print_overhead(med, samples, labels, args.rounds)
+    return {"samples": samples, "medians": med, "labels": labels}
+
+
 def _rank():
     kind, *params = os.environ["STEP_TIME_JOB"].split(":")
     if kind == "accumulation":
@@ -249,7 +275,7 @@ def _rank():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="overlap,accumulation")
+    parser.add_argument("--parts", default="overlap,accumulation,fit-overhead")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--np", type=int, default=2, help="accumulation: ranks on this host")
     parser.add_argument("--rate", type=int, default=1000, help="overlap: link rate, Mbit/s")
@@ -262,7 +288,7 @@ def main():
     args = parser.parse_args()
     if args.rank:
         return _rank()
-    parts = {"overlap": overlap, "accumulation": accumulation}
+    parts = {"overlap": overlap, "accumulation": accumulation, "fit-overhead": fit_overhead}
     summary = {}
     for part in args.parts.split(","):
         summary[part] = parts[part](args)
