@@ -218,12 +218,12 @@ def overlap(args):
     mb = runs["compute"][0]["gradient_bytes"] / 1e6
     print(f"overlap: 2 emulated hosts x 1 rank (each pinned to one core), link {args.rate} Mbit/s, VGG-like CNN "
           f"({mb:.1f} MB of gradients), {args.rows} images per rank per step; medians of {args.rounds} rounds")
-    print(f"{'':40} {'ms':>9} {'vs target':>10}")
+    print(f"{'':48} {'ms':>9} {'vs target':>10}")
     rows = [("compute alone (1 rank)", med["compute"]), ("allreduce of the gradients alone", comm)]
     rows += [(_step_label(run, runs[run]), med[run]) for run in runs if run != "compute"]
     rows += [("target: max(compute, comm) x 1.15", target)]
     for name, ms in rows:
-        print(f"{name:40} {ms:>9.1f} {ms / target:>10.2f}")
+        print(f"{name:48} {ms:>9.1f} {ms / target:>10.2f}")
     return {"runs": runs, "medians_ms": med, "allreduce_ms": comm, "target_ms": target}
 
 
