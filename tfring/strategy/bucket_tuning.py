@@ -71,7 +71,7 @@ class BucketTuner(keras.callbacks.Callback):
 
     >>> strategy = tfring.RingStrategy(bucket_bytes="auto")
     >>> model.fit(dataset, epochs=10)          # the first steps try 1-32 MiB
-    tfring: bucket_bytes=auto picked 4 MiB (ms per step: 1 MiB 1096.5, 4 MiB 1091.1, ...)
+    tfring: bucket_bytes=auto picked 4 MiB (ms per step, slowest rank: 1 MiB 1096.5, 2 MiB ...)
     >>> strategy.bucket_bytes
     4194304
     """
@@ -128,13 +128,12 @@ class BucketTuner(keras.callbacks.Callback):
         slowest = [float(t) for t in slowest.numpy()]
         best = sizes[min(range(len(sizes)), key=lambda i: (slowest[i], i))]
         figures = ", ".join(f"{_size(s)} {1e3 * t:.1f}" for s, t in zip(sizes, slowest))
-        if best != sizes[-1]:
-            self._extended.bucket_bytes = best
-            self.model.make_train_function(force=True)
         self._finish(best, f"ms per step, slowest rank: {figures}")
 
     def _finish(self, size, why):
-        self._extended.bucket_bytes = size
+        if size != self._extended.bucket_bytes:  # the train step was traced with another size
+            self._extended.bucket_bytes = size
+            self.model.make_train_function(force=True)
         self.picked = size
         if self._rank == 0:
             print(f"tfring: bucket_bytes=auto picked {_size(size)} ({why})", file=sys.stderr, flush=True)
