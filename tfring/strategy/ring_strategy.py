@@ -34,6 +34,7 @@ from tfring.ops import collectives
 from tfring.ops import ordering
 from tfring.strategy import bucket_tuning
 from tfring.strategy import checkpointing
+from tfring.strategy import data_autotuning
 from tfring.strategy import input_sharding
 from tfring.strategy import inter_op_threads
 from tfring.strategy import on_batch
@@ -312,7 +313,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         """
         entry = self._sharded_inputs.get(id(dataset))
         if entry is None or entry[0] is not dataset:
-            entry = (dataset, input_sharding.shard_for_rank(dataset, self._rank, self._size))
+            share = input_sharding.shard_for_rank(dataset, self._rank, self._size)
+            entry = (dataset, data_autotuning.for_rank(share, runtime.local_size()))
             self._sharded_inputs[id(dataset)] = entry
             while len(self._sharded_inputs) > _SHARED_INPUTS_KEPT:
                 self._sharded_inputs.popitem(last=False)
@@ -320,7 +322,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         return entry[1]
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
-        return self._one_replica_input(input_sharding.without_autoshard(dataset_fn(self._input_context())), options)
+        dataset = input_sharding.without_autoshard(dataset_fn(self._input_context()))
+        return self._one_replica_input(data_autotuning.for_rank(dataset, runtime.local_size()), options)
 
     def _input_context(self):
         return distribute_lib.InputContext(num_input_pipelines=self._size, input_pipeline_id=self._rank,

@@ -77,3 +77,47 @@ def test_auto_bucket_bytes_on_one_rank_keeps_the_default_without_tuning():
 
     strategy = RingStrategy(bucket_bytes="auto")
     assert strategy.bucket_tuner is None and strategy.bucket_bytes == config.Config.bucket_bytes
+
+
+def _autotune_of_iterated_input(strategy, dataset):
+    """`autotune.enabled` of the dataset each of the strategy's input paths iterates."""
+    found = []
+    for distributed in (strategy.experimental_distribute_dataset(dataset),
+                        strategy.distribute_datasets_from_function(lambda ctx: dataset)):
+        iterator = iter(distributed)
+        found += [worker._iterator._dataset.options().autotune.enabled for worker in iterator._iterators]
+    return found
+
+
+def test_a_rank_with_one_core_iterates_its_input_without_tf_data_autotuning(monkeypatch):
+    # tf.data's autotuning thread waits out its optimization period (which doubles up to 60 s) when
+    # the iterator is dropped at each epoch's end, if it runs before the canceller marks the
+    # cancellation done: TensorFlow's CancellationManager runs the wake-up callback before it sets
+    # is_cancelled. On a rank with one core of its own this race is usually lost, and a fit of 2
+    # short epochs took 2.5 s instead of 1.25 s (benchmarks/fit_scaling.py --parts pinned).
+    import os
+
+    import tensorflow as tf
+
+    from tfring.strategy.ring_strategy import RingStrategy
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    strategy = RingStrategy()
+    assert _autotune_of_iterated_input(strategy, tf.data.Dataset.range(10).batch(4)) == [False, False]
+    chosen = tf.data.Options()
+    chosen.autotune.enabled = True  # the user's own choice is kept
+    kept = tf.data.Dataset.range(10).batch(4).with_options(chosen)
+    assert _autotune_of_iterated_input(strategy, kept) == [True, True]
+
+
+def test_a_rank_with_several_cores_keeps_tf_data_autotuning(monkeypatch):
+    import os
+
+    import tensorflow as tf
+
+    from tfring.strategy.ring_strategy import RingStrategy
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    strategy = RingStrategy()
+    assert _autotune_of_iterated_input(strategy, tf.data.Dataset.range(10).batch(4)) == [None, None]
