@@ -4,7 +4,9 @@
 
 A small CNN on synthetic 32x32x3 images, 64 images per replica per step (weak scaling), one
 intra-op thread per process. Each run's figure is the median of 5 calls of fit (2 epochs each,
-after a warm-up epoch); the runs are interleaved over rounds and the medians printed.
+after a warm-up epoch); the runs are interleaved over rounds and the medians printed. Processes
+without a strategy read their input as a tfring rank among as many on this host would (tf.data
+autotuning off with one core or less per process: tfring/strategy/data_autotuning.py).
 
 - scaling: RingStrategy on 1 and 2 ranks; `tf.distribute.MirroredStrategy` on 2 logical CPU
   devices in one process (its model.fit works); `MultiWorkerMirroredStrategy` with 2 worker
@@ -14,7 +16,8 @@ after a warm-up epoch); the runs are interleaved over rounds and the medians pri
 - pinned: the per-step overhead. 2 ranks started with `tfring run --bind-to core` (each rank on
   its own core), with the dataset sharded by record and with each rank reading its own 64-row
   batches (`AutoShardPolicy.OFF`), against their ceiling: two independent processes without a
-  strategy, each pinned to its own core, doing the same per-rank work.
+  strategy, each pinned to its own core, doing the same per-rank work; the same processes with
+  TensorFlow's default (autotuning on) are printed below the table.
 - one-rank: one rank under RingStrategy against the same script with no strategy, unpinned and
   pinned to one core.
 """
@@ -70,10 +73,11 @@ def _dataset(replicas, rank, per_rank_input):
     return ds.with_options(options)
 
 
-def _fit_images_per_second(strategy, replicas, rank, per_rank_input=False):
+def _fit_images_per_second(strategy, replicas, rank, per_rank_input=False, like_ranks=None):
     """Images per second of the whole job (all replicas): the median of FITS calls of fit, 2
     epochs each, after one epoch to warm up. (On this machine a whole fit call now and then runs
-    ~50 % slower, with or without a strategy; one call per process made that noise.)"""
+    ~50 % slower, with or without a strategy; one call per process made that noise.)
+    `like_ranks`: read the input as tfring does on each of that many ranks on this host."""
     import keras
     import numpy as np
 
@@ -82,6 +86,10 @@ def _fit_images_per_second(strategy, replicas, rank, per_rank_input=False):
         model.compile(optimizer=keras.optimizers.SGD(0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     ds = _dataset(replicas, rank, per_rank_input)
+    if like_ranks:  # the input as tfring gives it to each of `like_ranks` ranks on this host
+        from tfring.strategy import data_autotuning
+
+        ds = data_autotuning.for_rank(ds, like_ranks)
     model.fit(ds, epochs=1, verbose=0)  # warm-up: tracing, caches
     rates = []
     for _ in range(FITS):
@@ -102,9 +110,12 @@ def worker(kind):
         ips = _fit_images_per_second(strategy, strategy.size, strategy.rank, per_rank_input=kind == "ring-off")
         if strategy.rank == 0:
             print("RESULT " + json.dumps({"peer": f"tfring RingStrategy, {strategy.size} rank(s)", "ips": ips}))
-    elif kind == "alone":
-        # No strategy and no communication: what this machine gives two processes that share it.
-        ips = _fit_images_per_second(tf.distribute.get_strategy(), 1, 0)
+    elif kind in ("alone", "alone-autotune"):
+        # No strategy and no communication: what this machine gives the processes that share it.
+        # "alone" iterates the input as a tfring rank among as many does (tf.data autotuning off
+        # with one core or less per process); "alone-autotune" as TensorFlow does by default.
+        like_ranks = None if kind == "alone-autotune" else int(os.environ.get("FIT_SCALING_PROCESSES", "1"))
+        ips = _fit_images_per_second(tf.distribute.get_strategy(), 1, 0, like_ranks=like_ranks)
         print("RESULT " + json.dumps({"peer": "one process alone, no strategy", "ips": ips}))
     elif kind == "mirrored":
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -177,19 +188,20 @@ def _ring(np_, worker, bind=False, cores=None):
     return _result(proc.stdout), proc.stderr
 
 
-def _independent(n, pinned):
+def _independent(n, pinned, worker="alone"):
     """n processes without a strategy at once (each on its own core if pinned), their rates summed."""
     cores = sorted(os.sched_getaffinity(0))
-    procs = [subprocess.Popen([sys.executable, HERE, "--worker", "alone"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env(),
+    procs = [subprocess.Popen([sys.executable, HERE, "--worker", worker], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(FIT_SCALING_PROCESSES=str(n)),
                               preexec_fn=_on_cores([cores[i]] if pinned else None)) for i in range(n)]
     outs = [p.communicate(timeout=1200) for p in procs]
     results = [_result(out) for out, _ in outs]
     if None in results:
         return None, "".join(err for _, err in outs)
     what = f"{n} independent processes, no communication (sum)" if n > 1 else "one process, no strategy"
+    # A synchronous job runs every rank at its slowest rank's pace: n x the slowest process.
     return {"peer": what + (", each pinned to a core" if pinned else ""),
-            "ips": sum(r["ips"] for r in results)}, ""
+            "ips": sum(r["ips"] for r in results), "synchronous_ips": n * min(r["ips"] for r in results)}, ""
 
 
 def _mwms():
@@ -221,18 +233,23 @@ RUNS = {
     "ring2-pinned-off": ("tfring, 2 ranks, --bind-to core, AutoShardPolicy.OFF",
                          lambda: _ring(2, "ring-off", bind=True)),
     "alone2-pinned": (None, lambda: _independent(2, pinned=True)),
+    "alone2-pinned-autotune": ("2 independent processes, each pinned to a core, tf.data autotuning on",
+                               lambda: _independent(2, pinned=True, worker="alone-autotune")),
     "ring1-pinned": ("tfring, 1 rank pinned to one core", lambda: _ring(1, "ring", bind=True, cores=FIRST_CORE)),
     "alone1-pinned": ("no strategy, pinned to one core", lambda: _independent(1, pinned=True)),
     "alone1": ("no strategy, unpinned", lambda: _independent(1, pinned=False)),
 }
 PARTS = {
     "scaling": ["ring1", "ring2", "alone2", "mirrored", "mwms"],
-    "pinned": ["ring2-pinned", "ring2-pinned-off", "alone2-pinned"],
+    "pinned": ["ring2-pinned", "ring2-pinned-off", "alone2-pinned", "alone2-pinned-autotune"],
     "one-rank": ["ring1", "alone1", "ring1-pinned", "alone1-pinned"],
 }
 # (tfring run, its ceiling) for the overhead table.
 OVERHEAD = [("ring2-pinned", "alone2-pinned"), ("ring2-pinned-off", "alone2-pinned"),
             ("ring1-pinned", "alone1-pinned"), ("ring1", "alone1")]
+
+
+SYNCHRONOUS = ":synchronous"  # a ceiling's key + this: n x its slowest process, per round
 
 
 def measure(keys, rounds):
@@ -246,6 +263,8 @@ def measure(keys, rounds):
                 print(f"{key} failed:\n{err[-2000:]}", file=sys.stderr)
                 continue
             samples[key].append(result["ips"])
+            if "synchronous_ips" in result:
+                samples.setdefault(key + SYNCHRONOUS, []).append(result["synchronous_ips"])
             labels[key] = label or result["peer"]
     return samples, labels
 
@@ -282,11 +301,19 @@ def print_overhead(med, samples, labels, rounds):
         print(f"| {labels[a]:<52} | {med[a]:>9.1f} | {med[b]:>9.1f} | {med[a] / med[b]:>10.1%} | {spread:>17} |")
     for b in dict.fromkeys(b for _, b in rows):
         print(f"ceiling: {labels[b]}")
+        if b + SYNCHRONOUS in med and b.startswith("alone2"):
+            print(f"  its slower process alone, x2 (the most a synchronous job can do on these cores): "
+                  f"{med[b + SYNCHRONOUS]:.1f} images/s; "
+                  + ", ".join(f"{labels[a]}: {med[a] / med[b + SYNCHRONOUS]:.1%} of it" for a, c in rows if c == b))
+    if "alone2-pinned-autotune" in med and "alone2-pinned" in med:
+        print(f"the ceiling's processes with TensorFlow's default (tf.data autotuning on, which tfring turns off "
+              f"with one core per rank): {med['alone2-pinned-autotune']:.1f} images/s, "
+              f"{med['alone2-pinned-autotune'] / med['alone2-pinned']:.1%} of the ceiling")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", choices=["ring", "ring-off", "alone", "mirrored", "mwms"])
+    parser.add_argument("--worker", choices=["ring", "ring-off", "alone", "alone-autotune", "mirrored", "mwms"])
     parser.add_argument("--parts", default="scaling,pinned,one-rank",
                         help=f"comma-separated, of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
