@@ -2,7 +2,7 @@
 
 When tf.data autotunes a pipeline (its default), each iterator starts a thread that re-tunes it
 after a period that doubles from 10 ms up to 60 s. Keras drops the iterator at the end of every
-epoch, and the iterator's destructor waits for that thread to stop. TensorFlow (2.17 to 2.21)
+epoch, and the iterator's destructor waits for that thread to stop. TensorFlow (seen with 2.17.1)
 wakes the thread before it marks the cancellation as done (`CancellationManager` runs its
 callbacks, then sets `is_cancelled`), so a thread that runs at once sees no cancellation and sleeps
 out the rest of its period. With a core per rank, or less, the woken thread usually does run at
