@@ -199,9 +199,10 @@ def _independent(n, pinned, worker="alone"):
     if None in results:
         return None, "".join(err for _, err in outs)
     what = f"{n} independent processes, no communication (sum)" if n > 1 else "one process, no strategy"
-    # A synchronous job runs every rank at its slowest rank's pace: n x the slowest process.
-    return {"peer": what + (", each pinned to a core" if pinned else ""),
-            "ips": sum(r["ips"] for r in results), "synchronous_ips": n * min(r["ips"] for r in results)}, ""
+    result = {"peer": what + (", each pinned to a core" if pinned else ""), "ips": sum(r["ips"] for r in results)}
+    if n > 1:  # a synchronous job runs every rank at its slowest rank's pace: n x the slowest process
+        result["synchronous_ips"] = n * min(r["ips"] for r in results)
+    return result, ""
 
 
 def _mwms():
@@ -301,7 +302,7 @@ def print_overhead(med, samples, labels, rounds):
         print(f"| {labels[a]:<52} | {med[a]:>9.1f} | {med[b]:>9.1f} | {med[a] / med[b]:>10.1%} | {spread:>17} |")
     for b in dict.fromkeys(b for _, b in rows):
         print(f"ceiling: {labels[b]}")
-        if b + SYNCHRONOUS in med and b.startswith("alone2"):
+        if b + SYNCHRONOUS in med:
             print(f"  its slower process alone, x2 (the most a synchronous job can do on these cores): "
                   f"{med[b + SYNCHRONOUS]:.1f} images/s; "
                   + ", ".join(f"{labels[a]}: {med[a] / med[b + SYNCHRONOUS]:.1%} of it" for a, c in rows if c == b))
