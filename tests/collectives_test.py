@@ -73,6 +73,36 @@ for k in (0, 1, 500, 999):
     want = np.full(1 + (k * 37) % 300, sum(r * 1000 + k for r in range(size)), dtype=np.float64)
     check(f"1000 tensors [{k}]", reduced[k].numpy(), want, np.float32)
 
+# Small outputs are carved from shared blocks (output_blocks.h): every piece exact, across the
+# size at which a tensor gets its own output and over several blocks, in a function too.
+carved_sizes = [1 + (k * 997) % 5000 for k in range(300)] + [16383, 16384, 16385, 0, 3]
+carved = [tf.fill([n], float(rank * 7 + k)) for k, n in enumerate(carved_sizes)]
+for how, out in (("eager", tfring.ops.allreduce(carved)), ("graph", fused(carved, "sum"))):
+    for k, (n, o) in enumerate(zip(carved_sizes, out)):
+        check(f"carved {how} [{k}] n={n}", o.numpy(), np.full(n, sum(r * 7 + k for r in range(size)), np.float64),
+              np.float32)
+kept = tfring.ops.allreduce(carved[:50])
+first_piece = kept[1]
+
+def address(t):  # where the tensor's data starts (.numpy() may copy; a DLPack capsule does not)
+    import ctypes
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return ctypes.c_void_p.from_address(get(tf.experimental.dlpack.to_dlpack(t), b"dltensor")).value
+
+# These 50 (under 1 MiB in all) share one block, each piece on the next 64-byte boundary.
+starts = [address(o) for o in kept]
+steps = [b - a for a, b in zip(starts, starts[1:])]
+if any(p % 64 for p in starts) or steps != [-(-4 * n // 64) * 64 for n in carved_sizes[:49]]:
+    failures.append(f"carved outputs: offsets mod 64 {[p % 64 for p in starts][:8]}, steps {steps[:8]}")
+# Writing into one piece leaves its neighbours alone; a piece kept alone outlives its block's others.
+bumped = tf.tensor_scatter_nd_update(kept[0], [[0]], [-1.0])
+del kept
+_ = tfring.ops.allreduce([tf.fill([n], 9.0) for n in carved_sizes[:50]])
+check("carved piece kept", first_piece.numpy(), np.full(carved_sizes[1], sum(r * 7 + 1 for r in range(size)), np.float64),
+      np.float32)
+check("carved piece written", bumped.numpy()[:1], np.full(1, -1.0), np.float32)
+
 # Floats whose sum depends on the order of additions: every rank must still hold the same bits.
 noisy = tf.constant(np.random.default_rng(rank).standard_normal(100003).astype(np.float32))
 summed = tfring.ops.allreduce(noisy, op="sum")

@@ -1,10 +1,11 @@
-// Thin AsyncOpKernels over the engine: validate, allocate (forwarding inputs in place when TF
-// allows), hand raw pointers to the engine, and return; the engine calls done() when the ring
-// has finished. No algorithm lives here, and no TF inter-op thread ever blocks on a peer.
+// Thin AsyncOpKernels over the engine: validate, allocate (output_blocks.h), hand raw pointers
+// to the engine, and return; the engine calls done() when the ring has finished. No algorithm
+// lives here, and no TF inter-op thread ever blocks on a peer.
 #include "collective_kernels.h"
 
 #include <memory>
 
+#include "output_blocks.h"
 #include "tensorflow/core/platform/errors.h"
 
 namespace tfring {
@@ -16,7 +17,6 @@ using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
 namespace {
-constexpr size_t kForwardAbove = 64 << 10;
 
 ReduceOp parseReduceOp(const std::string& s) {
   if (s == "mean") return ReduceOp::kMean;
@@ -88,17 +88,14 @@ ListCollectiveOp::ListCollectiveOp(OpKernelConstruction* c, OpKind kind) : Async
 
 absl::Status describeList(OpKernelContext* ctx, int count, Request* req) {
   if (!coreType(ctx->input_dtype(0), &req->type)) return tensorflow::errors::InvalidArgument("tfring: unsupported dtype");
+  // Device memory (GPU kernels) keeps one allocation per output: carving is tested on the host only.
+  const bool onHost = ctx->device()->attributes().device_type() == tensorflow::DEVICE_CPU;
+  std::vector<Tensor*> outputs;
+  TF_RETURN_IF_ERROR(allocateListOutputs(ctx, count, onHost, &outputs));
+  req->tensors.reserve(count);
   for (int i = 0; i < count; ++i) {
     const Tensor& in = ctx->input(i);
-    Tensor* out = nullptr;
-    // Reusing a big input's buffer saves memory; for small tensors asking TF whether it may be
-    // reused costs more than a fresh allocation.
-    if (in.TotalBytes() >= kForwardAbove) {
-      TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out));
-    } else {
-      TF_RETURN_IF_ERROR(ctx->allocate_output(i, in.shape(), &out));
-    }
-    req->tensors.push_back({in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
+    req->tensors.push_back({in.tensor_data().data(), const_cast<char*>(outputs[i]->tensor_data().data()),
                             static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
   }
   return absl::OkStatus();

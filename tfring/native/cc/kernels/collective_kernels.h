@@ -20,7 +20,7 @@ bool coreType(tensorflow::DataType t, DataType* out);
 std::vector<int64_t> dims(const tensorflow::TensorShape& s);
 // The runtime, or null after setting an error on ctx that says to call init.
 std::shared_ptr<Runtime> runtimeOrFail(tensorflow::OpKernelContext* ctx);
-// Allocates (or forwards) outputs 0..count-1 like inputs 0..count-1 and describes both in `req`.
+// Allocates outputs 0..count-1 like inputs 0..count-1 (output_blocks.h) and describes both in `req`.
 absl::Status describeList(tensorflow::OpKernelContext* ctx, int count, Request* req);
 std::function<void(const Status&)> finisher(tensorflow::OpKernelContext* ctx,
                                             tensorflow::AsyncOpKernel::DoneCallback done);

@@ -1,5 +1,6 @@
 #include "engine/request_digest.h"
 
+#include <cstdint>
 #include <sstream>
 
 #include "algorithms/allgather_ring.h"
@@ -19,24 +20,57 @@ std::string shapeText(const std::vector<int64_t>& shape, size_t from) {
   return s + "]";
 }
 
-// One line for the call, one per tensor: what must agree across ranks.
-std::vector<std::string> describeLines(const Request& r) {
-  std::vector<std::string> lines;
+// What the whole call must agree on: kind, dtype, reduce op, root, tensor count.
+std::string headLine(const Request& r) {
   std::ostringstream head;
   head << kindName(r.kind) << " dtype=" << dataTypeName(r.type);
   if (r.kind == OpKind::kAllreduce) head << " op=" << reduceOpName(r.op);
   if (r.kind == OpKind::kBroadcast) head << " root=" << r.root;
   head << " tensors=" << r.tensors.size();
   if (r.staged) head << " of device tensors";  // staged tensors never take the gathered path
-  lines.push_back(head.str());
+  return head.str();
+}
+
+// The last line: how this rank cuts a list into passes (agreed at init, checked again here).
+std::string passesLine(size_t fusionThresholdBytes) {
+  return "passes: fusion_threshold_bytes=" + std::to_string(fusionThresholdBytes) +
+         " pack_below=" + std::to_string(kPackBelow) + " gathered_budget=" + std::to_string(kGatheredAllreduceBudget);
+}
+
+// The dimensions that must match: all of them, or an allgather's all but the first.
+size_t firstCheckedDim(const Request& r) { return r.kind == OpKind::kAllgather ? 1 : 0; }
+
+// One line for the call, one per tensor: what must agree across ranks.
+std::vector<std::string> describeLines(const Request& r) {
+  std::vector<std::string> lines{headLine(r)};
+  const bool anyFirst = firstCheckedDim(r) == 1;  // "*": the first dimension may differ
   for (const auto& t : r.tensors) {
-    if (r.kind != OpKind::kAllgather) {
+    if (!anyFirst) {
       lines.push_back(shapeText(t.shape, 0));
-    } else {  // the first dimension may differ; the rest must match
+    } else {
       lines.push_back(t.shape.size() > 1 ? "[*, " + shapeText(t.shape, 1).substr(1) : "[*]");
     }
   }
   return lines;
+}
+
+void appendVarint(uint64_t v, std::string* out) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+
+// The same facts as describeRequest in a few bytes per tensor and no string per tensor (a list
+// of 1000 gradients is checked at every step): the two lines as text, then each tensor's rank
+// and checked dimensions as varints, which no two different shape lists share.
+std::string digestInput(const Request& r, size_t fusionThresholdBytes) {
+  std::string bytes = headLine(r) + "\n" + passesLine(fusionThresholdBytes) + "\n";
+  bytes.reserve(bytes.size() + 4 * r.tensors.size());
+  const size_t from = firstCheckedDim(r);
+  for (const auto& t : r.tensors) {
+    appendVarint(t.shape.size(), &bytes);
+    for (size_t i = from; i < t.shape.size(); ++i) appendVarint(static_cast<uint64_t>(t.shape[i]), &bytes);
+  }
+  return bytes;
 }
 
 std::string join(const std::vector<std::string>& lines) {
@@ -91,21 +125,19 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
 
 
 std::string describeRequest(const Request& r, size_t fusionThresholdBytes) {
-  // The last line is how this rank cuts a list into passes: agreed at init, checked again here.
-  return join(describeLines(r)) + "passes: fusion_threshold_bytes=" + std::to_string(fusionThresholdBytes) +
-         " pack_below=" + std::to_string(kPackBelow) +
-         " gathered_budget=" + std::to_string(kGatheredAllreduceBudget) + "\n";
+  return join(describeLines(r)) + passesLine(fusionThresholdBytes) + "\n";
 }
 
 std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const Request& r,
                                          size_t fusionThresholdBytes, Deadline deadline, const IoList& payload) {
-  const std::string mine = describeRequest(r, fusionThresholdBytes);
-  const Digest digest = sha256(mine.data(), mine.size());
+  const std::string facts = digestInput(r, fusionThresholdBytes);
+  const Digest digest = sha256(facts.data(), facts.size());
   auto blocks = ringAllgatherFramed(transport, size, std::vector<uint8_t>(digest.begin(), digest.end()), payload,
                                     kGatheredAllreduceBudget, deadline);
   bool same = true;
   for (const auto& b : blocks) same = same && b.tag == blocks[0].tag;
   if (same) return blocks;
+  const std::string mine = describeRequest(r, fusionThresholdBytes);
   auto all = allgatherStrings(transport, size, mine + "name: " + r.name + "\n", deadline);
   throw Error(Code::kInvalidArgument, mismatchMessage(r, all));
 }

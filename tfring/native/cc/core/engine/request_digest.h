@@ -1,10 +1,11 @@
 // The cross-rank check that runs before every collective moves data.
 //
-// Each rank describes its request in a few lines (kind, dtype, reduce op, root, tensor count and
-// shapes, and how lists are cut into fusion passes), and the ranks allgather a SHA-256 of it:
-// 32 bytes per rank around the ring, whatever the tensors' size, plus what a small collective
-// needs from every rank (its whole input, or an allgather's first dimension). Only when the digests differ
-// do they exchange the descriptions themselves, so the error can name the tensor and both shapes.
+// What must agree is the request's kind, dtype, reduce op, root, tensor count and shapes, and how
+// lists are cut into fusion passes. The ranks allgather a SHA-256 of those facts (encoded in a few
+// bytes per tensor): 32 bytes per rank around the ring, whatever the tensors' size, plus what a
+// small collective needs from every rank (its whole input, or an allgather's first dimension).
+// Only when the digests differ do they exchange the facts as text, one line each, so the error
+// can name the tensor and both shapes.
 #pragma once
 
 #include <cstddef>
