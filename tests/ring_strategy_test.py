@@ -84,6 +84,7 @@ def test_two_ranks_equal_one_process(tmp_path, opt, source):
 
 
 CUSTOM = r'''
+import json
 import numpy as np
 import tensorflow as tf
 import keras
@@ -121,6 +122,19 @@ dist = strategy.distribute_datasets_from_function(dataset_fn)
 total = sum(float(strategy.reduce("SUM", strategy.run(tf.reduce_sum, args=(b,)), axis=None)) for b in dist)
 print("CONTEXT", seen[0], total)
 
+# Step outputs: every rank holds every rank's value in rank order; the scalars of one dtype travel
+# in one allgather (a float vector takes two: its rows, then how many each rank has).
+@tf.function
+def outputs_step():
+    return strategy.run(lambda: {"a": tf.constant(1.0) * (rank + 1), "b": tf.constant(10.0) * (rank + 1),
+                                 "n": tf.constant(rank, tf.int64), "v": tf.fill([rank + 1], float(rank)),
+                                 "ok": tf.constant(rank == 0), "s": tf.constant("text")})
+before = tfring.traffic()["allgather"]["calls"]
+out = outputs_step()
+calls = tfring.traffic()["allgather"]["calls"] - before
+local = {k: [np.asarray(p).tolist() for p in strategy.experimental_local_results(v)] for k, v in out.items() if k != "s"}
+print("OUTPUTS", json.dumps(local, sort_keys=True), calls, out["s"].numpy().decode())
+
 # A model with a custom train_step that asks the replica context for the gradient all-reduce.
 class Custom(keras.Model):
     def train_step(self, data):
@@ -156,6 +170,10 @@ def _custom_loop_job(ranks):
         assert "SAME_INIT True" in lines
         assert "CUSTOM_SUM 496.0 496.0" in lines
         assert "CONTEXT (%d, %d, %d) 496.0" % (ranks, r, 8 // ranks) in lines
+        outputs = [l for l in lines if l.startswith("OUTPUTS ")]
+        if ranks == 2:
+            assert outputs == ['OUTPUTS {"a": [1.0, 2.0], "b": [10.0, 20.0], "n": [0, 1], "ok": [false, false], '
+                               '"v": [[0.0], [1.0, 1.0]]} 4 text'], lines
         step = [l for l in lines if l.startswith("CUSTOM_STEP_SAME True")]
         assert step, lines
         weights.append(json.loads(step[0].split(" ", 2)[2]))

@@ -12,8 +12,8 @@ each of them across processes:
   metric state variables (`synchronization=ON_READ`) are sync-on-read, so reading a metric's result
   outside the step reduces it across ranks; non-trainable float variables assigned in the step
   (batch-norm moving averages) are averaged across ranks at each assignment;
-- `run()` gathers each step output from every rank, so Keras' per-replica reduction gives global
-  loss and metric logs and, for `predict`, the global predictions in order;
+- `run()` gathers each step output from every rank (`step_outputs`), so Keras' per-replica
+  reduction gives global loss and metric logs and, for `predict`, the global predictions in order;
 - `experimental_distribute_dataset` gives each rank its share of every global batch (by file or
   by record: see `input_sharding`).
 """
@@ -46,6 +46,7 @@ from tfring.strategy import shared_seed
 from tfring.strategy import gradient_accumulation
 from tfring.strategy import gradient_buckets
 from tfring.strategy import sparse_gradients
+from tfring.strategy import step_outputs
 from tfring.strategy import step_rows
 
 # How many distributed datasets a strategy keeps its rank's share of (a training set, a
@@ -187,34 +188,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         if self._size == 1:
             return outputs
         # After everything the step ran, collectives in nested graphs included (ordering).
-        return ordering.after_ops_since(since, lambda: tf.nest.map_structure(self._gather_output, outputs))
-
-    def _gather_output(self, value):
-        """An output of this rank -> a PerReplica of every rank's value, in rank order."""
-        if not isinstance(value, (tf.Tensor, tf.Variable)) and not hasattr(value, "dtype"):
-            return value
-        value = tf.convert_to_tensor(value)
-        if value.dtype == tf.string or value.dtype.is_complex:
-            return value
-        scalar = value.shape.rank == 0
-        if scalar and value.dtype == tf.bool:
-            # A boolean decision (LossScaleOptimizer's "are the gradients finite?", computed on each
-            # rank's un-reduced gradients) must be one decision: true only if true on every rank,
-            # or ranks would take different branches and fall out of step. A rank without rows
-            # has no say (its gradients of nothing may be NaN, and it contributes zeros).
-            vote = tf.cast(value, tf.int32)
-            if self.step_rows is not None:
-                vote = tf.where(self.step_rows.local > 0, vote, 1)
-            everywhere = collectives.allreduce(vote, op="min") > 0
-            return values_lib.PerReplica([everywhere] * self._size)
-        rows = tf.reshape(value, [1]) if scalar else value
-        gathered = collectives.allgather(rows)
-        if scalar:
-            parts = tf.unstack(gathered, num=self._size)
-        else:
-            sizes = collectives.allgather(tf.shape(rows, out_type=tf.int64)[:1])
-            parts = tf.split(gathered, sizes, num=self._size)
-        return values_lib.PerReplica(parts)
+        return ordering.after_ops_since(since, lambda: step_outputs.gather(outputs, self._size, self.step_rows))
 
     # ---- reductions ----
     def _reduce_values(self, reduce_op, tensors):
@@ -266,7 +240,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         def one(v):
             local = self._local_value(v)
             if isinstance(local, values_lib.PerReplica):
-                # Already holds every rank's value (see _gather_output): reduce locally.
+                # Already holds every rank's value (see step_outputs): reduce locally.
                 stacked = tf.stack(local.values)
                 if reduce_op == tf.distribute.ReduceOp.MEAN:
                     return tf.reduce_mean(stacked, axis=0)
