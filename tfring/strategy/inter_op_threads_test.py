@@ -1,5 +1,6 @@
-"""Two inter-op threads for a rank on one core, so gradient buckets can overlap the backward pass.
-Each case runs in a fresh process: the count can only be set before TensorFlow starts."""
+"""Two inter-op threads for a rank on one core in a job across hosts, so gradient buckets can
+overlap the backward pass. Each case runs in a fresh process: the count can only be set before
+TensorFlow starts."""
 
 import os
 import subprocess
@@ -15,14 +16,17 @@ import tensorflow as tf
 from tfring.strategy import inter_op_threads
 if sys.argv[3] == "started":
     tf.constant(1.0) + 1.0  # TensorFlow's runtime starts with its thread pools
-raised = inter_op_threads.ensure_for_overlap(int(sys.argv[1]), cores=int(sys.argv[2]))
+size, local_size = (int(n) for n in sys.argv[4].split("/"))
+raised = inter_op_threads.ensure_for_overlap(int(sys.argv[1]), size, local_size, cores=int(sys.argv[2]))
 print("RESULT", raised, tf.config.threading.get_inter_op_parallelism_threads())
 '''
 
 
-def _case(bucket_bytes, cores, started=False, **env):
+def _case(bucket_bytes, cores, started=False, ranks=(2, 1), **env):
+    """`ranks`: (ranks in the job, ranks on this host); the default is a job across 2 hosts."""
     full = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env)
-    proc = subprocess.run([sys.executable, "-c", CASE, str(bucket_bytes), str(cores), "started" if started else "-"],
+    proc = subprocess.run([sys.executable, "-c", CASE, str(bucket_bytes), str(cores), "started" if started else "-",
+                           "%d/%d" % ranks],
                           env=full, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.split("RESULT ")[1].strip(), proc.stderr
@@ -30,6 +34,13 @@ def _case(bucket_bytes, cores, started=False, **env):
 
 def test_a_rank_on_one_core_gets_two_threads():
     assert _case(4 << 20, cores=1)[0] == "True 2"
+
+
+@pytest.mark.parametrize("ranks", [(1, 1), (2, 2), (4, 4)])
+def test_nothing_changes_in_a_job_on_one_host(ranks):
+    # One rank has nothing to overlap; on one host a rank's share of the ring (copies and sums)
+    # runs on its own core anyway, and a second thread there only competes with the first.
+    assert _case(4 << 20, cores=1, ranks=ranks) == ("False 0", "")
 
 
 @pytest.mark.parametrize("bucket_bytes, cores", [(0, 1), (4 << 20, 2)])

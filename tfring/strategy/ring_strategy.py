@@ -385,8 +385,9 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         try:
             settings = config.Config.resolve(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout,
                                              bucket_bytes=bucket_bytes)
-            inter_op_threads.ensure_for_overlap(settings.bucket_bytes)  # before anything starts TensorFlow
-            runtime.init(settings)
+            runtime.init(settings)  # (does not start TensorFlow's runtime)
+            # Before anything starts TensorFlow:
+            inter_op_threads.ensure_for_overlap(settings.bucket_bytes, runtime.size(), runtime.local_size())
         except Exception as e:
             raise RuntimeError(f"RingStrategy could not start tfring: {e}") from e
         self.rank = runtime.rank()
