@@ -43,9 +43,9 @@ size_t firstCheckedDim(const Request& r) { return r.kind == OpKind::kAllgather ?
 // One line for the call, one per tensor: what must agree across ranks.
 std::vector<std::string> describeLines(const Request& r) {
   std::vector<std::string> lines{headLine(r)};
-  const bool anyFirst = firstCheckedDim(r) == 1;  // "*": the first dimension may differ
+  const bool firstMayDiffer = firstCheckedDim(r) == 1;  // written "*"
   for (const auto& t : r.tensors) {
-    if (!anyFirst) {
+    if (!firstMayDiffer) {
       lines.push_back(shapeText(t.shape, 0));
     } else {
       lines.push_back(t.shape.size() > 1 ? "[*, " + shapeText(t.shape, 1).substr(1) : "[*]");
