@@ -45,6 +45,7 @@ from tfring.strategy import scope_check
 from tfring.strategy import shared_seed
 from tfring.strategy import gradient_accumulation
 from tfring.strategy import gradient_buckets
+from tfring.strategy import gradient_clipping
 from tfring.strategy import sparse_gradients
 from tfring.strategy import step_outputs
 from tfring.strategy import step_rows
@@ -96,6 +97,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
         self.gradients_zeroed = False  # a rank without rows already zeroed its gradients (gradient_accumulation)
+        self.clipping_next = False  # the gradients being reduced are clipped next (gradient_clipping)
 
     # ---- replicas ----
     @property
@@ -264,7 +266,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
                 reduced[k] = r
         if sparse and self._size > 1:
             slices = sparse_gradients.reduce_slices([values[k] for k in sparse], self._size, self._sparse_as_dense,
-                                                    mean=reduce_op == tf.distribute.ReduceOp.MEAN)
+                                                    mean=reduce_op == tf.distribute.ReduceOp.MEAN,
+                                                    as_rows=self.clipping_next)
             for k, r in zip(sparse, slices):
                 reduced[k] = r
         return reduced
@@ -396,6 +399,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         scope_check.install()
         step_rows.install()
         gradient_accumulation.install()
+        gradient_clipping.install()
         reporting.install()
         on_batch.install()
         shared_seed.agree_on_global_seed(self.rank, self.size)

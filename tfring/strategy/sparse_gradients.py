@@ -7,7 +7,9 @@ them: the same sum as the dense allreduce. When so many rows are touched that ga
 move more bytes than a ring allreduce of the dense table (more rows over all ranks than 2 x the
 table's rows), the gradient is densified and all-reduced instead. The choice is made from the
 global row count, so every rank makes the same one. `RingStrategy(sparse_as_dense=True)` always
-densifies (Horovod's option of the same name).
+densifies (Horovod's option of the same name). Gradients about to be clipped always travel as rows
+(`gradient_clipping`): one process clips the rows its batch looked up, duplicates apart, and a
+densified table's summed rows have another norm and other values.
 """
 
 import tensorflow as tf
@@ -31,7 +33,7 @@ def _densified(slices, dense_rows):
     return reduce_dense
 
 
-def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False):
+def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False, as_rows=False):
     """Sums (or averages) each `tf.IndexedSlices` over the ranks.
 
     Args:
@@ -39,6 +41,7 @@ def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False):
         size: the number of ranks.
         sparse_as_dense: densify every one and all-reduce it.
         mean: divide by `size` (a MEAN reduction) instead of summing.
+        as_rows: never densify (gradients about to be clipped), whatever `sparse_as_dense` says.
 
     Returns:
         A list of `tf.IndexedSlices` (possibly holding every row, when densified), one per input,
@@ -50,7 +53,9 @@ def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False):
     """
     if not slices_list:
         return []
-    if sparse_as_dense:
+    if as_rows:
+        out = [tf.IndexedSlices(*_gathered(s)(), s.dense_shape) for s in slices_list]
+    elif sparse_as_dense:
         reduced = collectives.allreduce([tf.convert_to_tensor(s) for s in slices_list], op="sum")
         out = [tf.IndexedSlices(r, tf.range(tf.shape(r, out_type=tf.int64)[0]), s.dense_shape)
                for r, s in zip(reduced, slices_list)]

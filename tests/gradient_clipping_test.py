@@ -1,0 +1,126 @@
+"""Keras' gradient clipping (`clipnorm`, `global_clipnorm`, `clipvalue`) under RingStrategy acts on
+the job's gradients, the global batch's, as in one process: the weights equal one process's.
+
+Keras 3 clips before its TensorFlow optimizer all-reduces; clipping each rank's share and adding
+the clipped shares is not what one process computes (with `clipnorm=c` two shares could add up
+to a norm of 2c), so RingStrategy all-reduces first and clips the sum.
+"""
+
+import json
+
+import pytest
+
+from tfring.testing import assert_ranks_equal_one_process
+from tfring.testing import run_alone_then_jobs
+from tfring.testing import run_job
+
+pytestmark = pytest.mark.multiprocess
+
+SCRIPT = r'''
+import json, os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+rng = np.random.default_rng(0)
+X = rng.standard_normal((256, 16)).astype("float32")
+Y = (X[:, 0] + X[:, 1] > 0).astype("int32") + (X[:, 2] > 0.5).astype("int32")
+strategy = tfring.RingStrategy()
+out = os.environ["OUT"]
+
+
+def model(embedding):
+    if not embedding:
+        return keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(3)])
+    # A table of 64 rows looked up 4 times per row: its gradient is sparse (IndexedSlices).
+    return keras.Sequential([keras.Input((4,), dtype="int32"), keras.layers.Embedding(64, 8),
+                             keras.layers.Flatten(), keras.layers.Dense(3)])
+
+
+def run(name, rows, batch, clip, accumulate=None, loss_scale=False, embedding=False, eager=False):
+    keras.utils.set_random_seed(1)
+    x = (np.abs(X[:, :4]) * 20).astype("int32") % 64 if embedding else X
+    with strategy.scope():
+        m = model(embedding)
+        opt = keras.optimizers.SGD(0.5, momentum=0.9, gradient_accumulation_steps=accumulate, **clip)
+        if loss_scale:
+            opt = keras.optimizers.LossScaleOptimizer(opt)
+        m.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  run_eagerly=eager)
+    before = tfring.traffic()["allreduce"]["bytes"]
+    m.fit(x[:rows], Y[:rows], batch_size=batch, epochs=2, shuffle=False, verbose=0)
+    sent = tfring.traffic()["allreduce"]["bytes"] - before
+    np.save(f"{out}/{name}-{strategy.rank}of{strategy.size}.npy",
+            np.concatenate([v.numpy().ravel() for v in m.weights]))
+    with open(f"{out}/{name}-{strategy.rank}of{strategy.size}.json", "w") as f:
+        json.dump({"allreduce_bytes": sent}, f)
+
+
+run("unclipped", 256, 64, {})
+# Tight limits, so that every step clips.
+run("clipnorm", 256, 64, {"clipnorm": 0.05})
+run("global_clipnorm", 256, 64, {"global_clipnorm": 0.05})
+run("clipvalue", 256, 64, {"clipvalue": 0.002})
+run("eager", 128, 64, {"global_clipnorm": 0.05}, eager=True)
+# 9 rows in batches of 8: with 2 ranks one rank holds no rows in every other step.
+run("no_rows", 9, 8, {"global_clipnorm": 0.05})
+run("accumulated", 256, 32, {"clipnorm": 0.05}, accumulate=2)
+run("loss_scaled", 256, 64, {"global_clipnorm": 0.05}, loss_scale=True)
+run("sparse_clipnorm", 256, 16, {"clipnorm": 0.05}, embedding=True)
+# 64 rows x 4 lookups a step, over twice the table's rows: unclipped, such a gradient is densified.
+run("many_rows_global_clipnorm", 256, 64, {"global_clipnorm": 0.05}, embedding=True)
+run("many_rows_clipvalue", 256, 64, {"clipvalue": 0.002}, embedding=True)
+'''
+
+CASES = ["clipnorm", "global_clipnorm", "clipvalue", "eager", "no_rows", "accumulated", "loss_scaled", "sparse_clipnorm",
+         "many_rows_global_clipnorm", "many_rows_clipvalue"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("clipping")
+    run_alone_then_jobs(SCRIPT, env={"OUT": str(out), "PYTHONWARNINGS": "ignore"})
+    return out
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_clipped_steps_equal_one_process(results, name):
+    assert_ranks_equal_one_process(results, name, 2)
+
+
+def test_gradients_are_all_reduced_once(results):
+    """Clipping the sum adds no second reduction: the same bytes as without clipping."""
+    def sent(name):
+        return json.loads((results / f"{name}-0of2.json").read_text())["allreduce_bytes"]
+
+    assert sent("unclipped") > 0
+    for name in ("clipnorm", "global_clipnorm", "clipvalue"):
+        assert sent(name) == sent("unclipped"), name
+
+
+CHANGED_AFTER_CLIPPING = r'''
+import numpy as np
+import keras
+import tfring
+
+class Doubling(keras.optimizers.SGD):
+    """Changes the gradients after Keras clipped them: the update no longer gets what was reduced."""
+
+    def _clip_gradients(self, grads):
+        return [2 * g for g in super()._clip_gradients(grads)]
+
+strategy = tfring.RingStrategy()
+with strategy.scope():
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    m.compile(optimizer=Doubling(0.1, clipnorm=1.0), loss="mse")
+m.fit(np.ones((8, 4), "float32"), np.ones((8, 2), "float32"), batch_size=4, verbose=0)
+'''
+
+
+def test_gradients_changed_between_clipping_and_the_update_fail_the_step():
+    """Reducing them again would multiply them by the number of ranks: the job fails saying why."""
+    proc = run_job(2, CHANGED_AFTER_CLIPPING, timeout=120)
+    assert proc.returncode != 0
+    assert "are not the ones RingStrategy reduced and clipped" in proc.stderr, proc.stderr[-3000:]
