@@ -36,6 +36,7 @@ from tfring.strategy import bucket_tuning
 from tfring.strategy import checkpointing
 from tfring.strategy import data_autotuning
 from tfring.strategy import input_sharding
+from tfring.strategy import loss_reductions
 from tfring.strategy import inter_op_threads
 from tfring.strategy import on_batch
 from tfring.strategy import rank_statistics
@@ -398,6 +399,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         checkpointing.install()
         scope_check.install()
         step_rows.install()
+        loss_reductions.install()
         gradient_accumulation.install()
         gradient_clipping.install()
         reporting.install()
