@@ -183,10 +183,12 @@ print("LAST BUCKET WAITS FOR THE FIRST LAYER", first_layer in ancestors(starts[-
 
 
 @pytest.mark.parametrize("optimizer", ['"adam"', "keras.optimizers.Adam(global_clipnorm=1.0)",
-                                       "keras.optimizers.Adam(clipnorm=1.0)"])
+                                       "keras.optimizers.Adam(clipnorm=1.0)",
+                                       "keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())"])
 def test_in_a_keras_step_the_first_bucket_waits_only_for_its_own_gradients(optimizer):
-    """Also with clipping: the job's gradients are clipped after their buckets are reduced, so a
-    global norm does not hold every bucket back until the last gradient exists."""
+    """Also with clipping and loss scaling: the job's gradients are clipped or checked for
+    finiteness after their buckets are reduced, so neither holds every bucket back until the last
+    gradient exists."""
     proc = run_job(2, STRUCTURE.replace("OPTIMIZER", optimizer), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout

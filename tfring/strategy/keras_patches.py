@@ -3,7 +3,7 @@
 Keras 3 has no hook for what a multi-process strategy needs in a few places (rank 0 alone
 writing a save, loss scaling by the rows each rank holds, reporting on rank 0), so tfring wraps
 those functions. Each wrap is declared as a `Patch` in a `PATCHES` list beside the code that
-needs it (bucket_tuning, checkpointing, gradient_accumulation, gradient_clipping, loss_reductions,
+needs it (bucket_tuning, checkpointing, gradient_accumulation, early_reduction, loss_reductions,
 on_batch, reporting, scope_check, step_rows) and applied by `apply()`, which:
 
 - wraps each function once (applying twice is a no-op, so every `RingStrategy()` may call it;

@@ -35,18 +35,18 @@ from tfring.ops import ordering
 from tfring.strategy import bucket_tuning
 from tfring.strategy import checkpointing
 from tfring.strategy import data_autotuning
-from tfring.strategy import input_sharding
-from tfring.strategy import loss_reductions
-from tfring.strategy import inter_op_threads
-from tfring.strategy import on_batch
-from tfring.strategy import rank_statistics
-from tfring.strategy import ring_model
-from tfring.strategy import reporting
-from tfring.strategy import scope_check
-from tfring.strategy import shared_seed
+from tfring.strategy import early_reduction
 from tfring.strategy import gradient_accumulation
 from tfring.strategy import gradient_buckets
-from tfring.strategy import gradient_clipping
+from tfring.strategy import input_sharding
+from tfring.strategy import inter_op_threads
+from tfring.strategy import loss_reductions
+from tfring.strategy import on_batch
+from tfring.strategy import rank_statistics
+from tfring.strategy import reporting
+from tfring.strategy import ring_model
+from tfring.strategy import scope_check
+from tfring.strategy import shared_seed
 from tfring.strategy import sparse_gradients
 from tfring.strategy import step_outputs
 from tfring.strategy import step_rows
@@ -98,7 +98,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
         self.gradients_zeroed = False  # a rank without rows already zeroed its gradients (gradient_accumulation)
-        self.clipping_next = False  # the gradients being reduced are clipped next (gradient_clipping)
+        self.clipping_next = False  # the gradients being reduced are clipped next (early_reduction)
 
     # ---- replicas ----
     @property
@@ -401,7 +401,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         step_rows.install()
         loss_reductions.install()
         gradient_accumulation.install()
-        gradient_clipping.install()
+        early_reduction.install()
         reporting.install()
         on_batch.install()
         shared_seed.agree_on_global_seed(self.rank, self.size)

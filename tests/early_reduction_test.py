@@ -1,5 +1,6 @@
-"""Keras' gradient clipping (`clipnorm`, `global_clipnorm`, `clipvalue`) under RingStrategy acts on
-the job's gradients, the global batch's, as in one process: the weights equal one process's.
+"""Keras' gradient clipping (`clipnorm`, `global_clipnorm`, `clipvalue`) and `LossScaleOptimizer`'s
+finiteness check under RingStrategy act on the job's gradients, the global batch's, as in one
+process: the weights equal one process's.
 
 Keras 3 clips before its TensorFlow optimizer all-reduces; clipping each rank's share and adding
 the clipped shares is not what one process computes (with `clipnorm=c` two shares could add up
@@ -68,13 +69,17 @@ run("eager", 128, 64, {"global_clipnorm": 0.05}, eager=True)
 run("no_rows", 9, 8, {"global_clipnorm": 0.05})
 run("accumulated", 256, 32, {"clipnorm": 0.05}, accumulate=2)
 run("loss_scaled", 256, 64, {"global_clipnorm": 0.05}, loss_scale=True)
+run("loss_scaled_unclipped", 256, 64, {}, loss_scale=True)
+run("loss_scaled_no_rows", 9, 8, {}, loss_scale=True)
+run("loss_scaled_accumulated", 256, 32, {"clipnorm": 0.05}, accumulate=2, loss_scale=True)
 run("sparse_clipnorm", 256, 16, {"clipnorm": 0.05}, embedding=True)
 # 64 rows x 4 lookups a step, over twice the table's rows: unclipped, such a gradient is densified.
 run("many_rows_global_clipnorm", 256, 64, {"global_clipnorm": 0.05}, embedding=True)
 run("many_rows_clipvalue", 256, 64, {"clipvalue": 0.002}, embedding=True)
 '''
 
-CASES = ["clipnorm", "global_clipnorm", "clipvalue", "eager", "no_rows", "accumulated", "loss_scaled", "sparse_clipnorm",
+CASES = ["clipnorm", "global_clipnorm", "clipvalue", "eager", "no_rows", "accumulated", "loss_scaled",
+         "loss_scaled_unclipped", "loss_scaled_no_rows", "loss_scaled_accumulated", "sparse_clipnorm",
          "many_rows_global_clipnorm", "many_rows_clipvalue"]
 
 
@@ -91,13 +96,18 @@ def test_clipped_steps_equal_one_process(results, name):
 
 
 def test_gradients_are_all_reduced_once(results):
-    """Clipping the sum adds no second reduction: the same bytes as without clipping."""
+    """Reducing early adds no second reduction: the same bytes as without clipping or loss scaling."""
     def sent(name):
         return json.loads((results / f"{name}-0of2.json").read_text())["allreduce_bytes"]
 
     assert sent("unclipped") > 0
     for name in ("clipnorm", "global_clipnorm", "clipvalue"):
         assert sent(name) == sent("unclipped"), name
+    # LossScaleOptimizer adds a 4-byte scalar per step (as it did before tfring reduced early);
+    # a second reduction would add the gradients' bytes again (2,576 per step here).
+    steps = 8
+    for name in ("loss_scaled", "loss_scaled_unclipped"):
+        assert sent(name) - sent("unclipped") == 4 * steps, name
 
 
 CHANGED_AFTER_CLIPPING = r'''
