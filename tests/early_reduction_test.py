@@ -12,6 +12,7 @@ import json
 import pytest
 
 from tfring.testing import assert_ranks_equal_one_process
+from tfring.testing import run_alone
 from tfring.testing import run_alone_then_jobs
 from tfring.testing import run_job
 
@@ -46,6 +47,11 @@ def run(name, rows, batch, clip, accumulate=None, loss_scale=False, embedding=Fa
     with strategy.scope():
         m = model(embedding)
         opt = keras.optimizers.SGD(0.5, momentum=0.9, gradient_accumulation_steps=accumulate, **clip)
+        if loss_scale == "multi":  # the kernels' optimizer clips, the biases' does not
+            biases = keras.optimizers.SGD(0.2)
+            opt = keras.optimizers.MultiOptimizer(lambda v, kernels=opt: kernels if "kernel" in v.path else biases)
+        if loss_scale == "nested":
+            opt = keras.optimizers.LossScaleOptimizer(opt)
         if loss_scale:
             opt = keras.optimizers.LossScaleOptimizer(opt)
         m.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -72,14 +78,52 @@ run("loss_scaled", 256, 64, {"global_clipnorm": 0.05}, loss_scale=True)
 run("loss_scaled_unclipped", 256, 64, {}, loss_scale=True)
 run("loss_scaled_no_rows", 9, 8, {}, loss_scale=True)
 run("loss_scaled_accumulated", 256, 32, {"clipnorm": 0.05}, accumulate=2, loss_scale=True)
+# Keras' own order (each rank checks its own gradients) where the record would not reach every
+# optimizer that reduces.
+run("loss_scaled_multi", 256, 64, {"clipnorm": 0.05}, loss_scale="multi")
+run("loss_scaled_nested", 256, 64, {"clipnorm": 0.05}, loss_scale="nested")
 run("sparse_clipnorm", 256, 16, {"clipnorm": 0.05}, embedding=True)
+
+
+class Observed(keras.layers.Layer):
+    """A Dense whose `amax` variable is overwritten with its "gradient", as float8 training does
+    with its scales: here the largest input this rank saw in the step."""
+
+    def build(self, shape):
+        self.kernel = self.add_weight(shape=(shape[-1], 3), initializer="glorot_uniform")
+        self.amax = self.add_weight(shape=(), initializer="zeros")
+        self.amax.overwrite_with_gradient = True
+
+    def call(self, x):
+        @tf.custom_gradient
+        def observe(amax):
+            return tf.identity(amax), lambda upstream: tf.reduce_max(tf.abs(x))
+
+        return tf.matmul(x, self.kernel) + 0.0 * observe(self.amax)
+
+
+def observed(name, loss_scale):
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        m = keras.Sequential([keras.Input((16,)), Observed()])
+        opt = keras.optimizers.SGD(0.1)
+        m.compile(optimizer=keras.optimizers.LossScaleOptimizer(opt) if loss_scale else opt,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    m.fit(X[:192], Y[:192], batch_size=64, epochs=1, shuffle=False, verbose=0)
+    with open(f"{out}/{name}-{strategy.rank}of{strategy.size}.json", "w") as f:
+        json.dump({"amax": float(m.layers[-1].amax.numpy())}, f)
+
+
+observed("overwritten", False)
+observed("overwritten_loss_scaled", True)
 # 64 rows x 4 lookups a step, over twice the table's rows: unclipped, such a gradient is densified.
 run("many_rows_global_clipnorm", 256, 64, {"global_clipnorm": 0.05}, embedding=True)
 run("many_rows_clipvalue", 256, 64, {"clipvalue": 0.002}, embedding=True)
 '''
 
 CASES = ["clipnorm", "global_clipnorm", "clipvalue", "eager", "no_rows", "accumulated", "loss_scaled",
-         "loss_scaled_unclipped", "loss_scaled_no_rows", "loss_scaled_accumulated", "sparse_clipnorm",
+         "loss_scaled_unclipped", "loss_scaled_no_rows", "loss_scaled_accumulated", "loss_scaled_multi",
+         "loss_scaled_nested", "sparse_clipnorm",
          "many_rows_global_clipnorm", "many_rows_clipvalue"]
 
 
@@ -134,3 +178,44 @@ def test_gradients_changed_between_clipping_and_the_update_fail_the_step():
     proc = run_job(2, CHANGED_AFTER_CLIPPING, timeout=120)
     assert proc.returncode != 0
     assert "are not the ones RingStrategy reduced and clipped" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_variable_overwritten_with_its_gradient_is_not_reduced_under_loss_scaling(results):
+    """Keras never all-reduces such a variable's "gradient" (float8 scales); reducing early for
+    LossScaleOptimizer leaves it alone too."""
+    def amax(name, rank):
+        return json.loads((results / f"{name}-{rank}of2.json").read_text())["amax"]
+
+    for rank in range(2):
+        assert amax("overwritten", rank) > 0
+        assert amax("overwritten_loss_scaled", rank) == amax("overwritten", rank), rank
+
+
+COMPRESSED = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+rng = np.random.default_rng(0)
+X = rng.standard_normal((256, 16)).astype("float32")
+Y = X[:, :2] * 100.0  # gradients of ~100 that, scaled by 2^15, overflow float16 (max 65504)
+strategy = tfring.RingStrategy(compression="fp16")
+with strategy.scope():
+    m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(2)])
+    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e-4), dynamic_growth_steps=2)
+    m.compile(optimizer=opt, loss="mse")
+m.fit(X, Y, batch_size=64, epochs=2, shuffle=False, verbose=0)
+print("SCALE", float(opt.dynamic_scale.numpy()), flush=True)
+'''
+
+
+def test_with_compression_the_loss_scale_moves_as_in_one_process():
+    """With a float16 wire, what travels is the unscaled gradients: the loss scale is not halved
+    for overflows of the wire type that one process never sees."""
+    alone, job = run_alone(COMPRESSED, timeout=120), run_job(2, COMPRESSED, timeout=120)
+    assert alone.returncode == 0 and job.returncode == 0, (alone.stderr + job.stderr)[-3000:]
+    scales = [line.split()[-1] for line in (alone.stdout + job.stdout).splitlines() if "SCALE" in line]
+    assert len(scales) == 3 and len(set(scales)) == 1, scales

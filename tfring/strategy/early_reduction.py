@@ -20,10 +20,12 @@ passes them through. An open `_Reduced` record on the optimizer says which:
   `_all_reduce_sum_gradients` passes exactly those through, and fails loudly if handed anything
   else (a second reduction would multiply the gradients by the number of ranks);
 - the wrap of `LossScaleOptimizer.apply` reduces the scaled gradients and opens a record saying
-  everything its inner optimizer reduces in this call is reduced already.
+  everything its inner optimizer reduces in this call is reduced already. The record reaches that
+  one optimizer only, so over a `MultiOptimizer` or another `LossScaleOptimizer` (and over an
+  accumulating optimizer, which reduces once per k micro-steps) Keras' order is kept.
 
 With gradient accumulation Keras clips in the step that applies, so the accumulated sum is still
-reduced once, there; a `LossScaleOptimizer` over an accumulating optimizer keeps Keras' order.
+reduced once, there.
 """
 
 import contextlib
@@ -126,13 +128,49 @@ def _pass_reduced(original):
     return wrapper
 
 
+def _reduces_early(loss_scale_optimizer, grads, variables):
+    """True when the wrap below may reduce first: a plain inner optimizer (a MultiOptimizer or a
+    nested LossScaleOptimizer hands gradients to optimizers this record does not reach), without
+    accumulation (it reduces once per k micro-steps), one gradient per variable."""
+    import keras
+
+    inner = loss_scale_optimizer.inner_optimizer
+    nested = (keras.optimizers.LossScaleOptimizer, getattr(keras.optimizers, "MultiOptimizer", ()))
+    return (step_rows.current() is not None and not isinstance(inner, nested)
+            and not inner.gradient_accumulation_steps and len(grads) == len(variables))
+
+
+def _reduce_scaled(loss_scale_optimizer, grads, variables):
+    """The scaled gradients, all-reduced. With a wire type (`compression`), what travels is
+    unscaled, as it was before: the scale (a power of two) comes off before and back after,
+    exactly. Variables overwritten with their gradient (float8 scales) are never reduced."""
+    inner = loss_scale_optimizer.inner_optimizer
+    reduce = [k for k, v in enumerate(variables)
+              if grads[k] is not None and not inner._overwrite_variable_with_gradient(v)]
+    scale = loss_scale_optimizer.dynamic_scale if tf.distribute.get_strategy().extended.compressed else None
+    sent = [grads[k] if scale is None else _times(grads[k], 1 / scale) for k in reduce]
+    reduced = _reduced(inner, sent, [variables[k] for k in reduce], clipping=clips(inner))
+    grads = list(grads)
+    for k, g in zip(reduce, reduced):
+        grads[k] = g if scale is None else _times(g, scale)
+    return grads
+
+
+def _times(gradient, factor):
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values * tf.cast(factor, gradient.values.dtype), gradient.indices,
+                                gradient.dense_shape)
+    return gradient * tf.cast(factor, gradient.dtype)
+
+
 def _reduce_before_the_finiteness_check(original):
     def wrapper(self, grads, trainable_variables=None):
         inner = self.inner_optimizer
-        if step_rows.current() is None or inner.gradient_accumulation_steps:
+        variables = list(trainable_variables) if trainable_variables is not None else \
+            list(getattr(inner, "_trainable_variables", []))
+        if not _reduces_early(self, grads, variables):
             return original(self, grads, trainable_variables)
-        variables = list(trainable_variables) if trainable_variables is not None else inner._trainable_variables
-        grads = _reduced(inner, grads, variables, clipping=clips(inner))
+        grads = _reduce_scaled(self, grads, variables)
         record = _Reduced(variables, all_of_them=True)
         return _opened(inner, record, lambda: original(self, grads, trainable_variables))
 

@@ -100,6 +100,11 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.gradients_zeroed = False  # a rank without rows already zeroed its gradients (gradient_accumulation)
         self.clipping_next = False  # the gradients being reduced are clipped next (early_reduction)
 
+    @property
+    def compressed(self):
+        """Whether floating gradients travel cast to a narrower wire type (`compression`)."""
+        return self._compression is not None
+
     # ---- replicas ----
     @property
     def _num_replicas_in_sync(self):
