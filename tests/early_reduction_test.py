@@ -41,13 +41,13 @@ def model(embedding):
                              keras.layers.Flatten(), keras.layers.Dense(3)])
 
 
-def run(name, rows, batch, clip, accumulate=None, loss_scale=False, embedding=False, eager=False):
+def run(name, rows, batch, clip, accumulate=None, loss_scale=False, embedding=False, eager=False, multi=False):
     keras.utils.set_random_seed(1)
     x = (np.abs(X[:, :4]) * 20).astype("int32") % 64 if embedding else X
     with strategy.scope():
         m = model(embedding)
         opt = keras.optimizers.SGD(0.5, momentum=0.9, gradient_accumulation_steps=accumulate, **clip)
-        if loss_scale == "multi":  # the kernels' optimizer clips, the biases' does not
+        if loss_scale == "multi" or multi:  # the kernels' optimizer clips, the biases' does not
             biases = keras.optimizers.SGD(0.2)
             opt = keras.optimizers.MultiOptimizer(lambda v, kernels=opt: kernels if "kernel" in v.path else biases)
         if loss_scale == "nested":
@@ -80,6 +80,7 @@ run("loss_scaled_no_rows", 9, 8, {}, loss_scale=True)
 run("loss_scaled_accumulated", 256, 32, {"clipnorm": 0.05}, accumulate=2, loss_scale=True)
 # Keras' own order (each rank checks its own gradients) where the record would not reach every
 # optimizer that reduces.
+run("multi", 256, 64, {"clipnorm": 0.05}, multi=True)
 run("loss_scaled_multi", 256, 64, {"clipnorm": 0.05}, loss_scale="multi")
 run("loss_scaled_nested", 256, 64, {"clipnorm": 0.05}, loss_scale="nested")
 run("sparse_clipnorm", 256, 16, {"clipnorm": 0.05}, embedding=True)
@@ -121,10 +122,9 @@ run("many_rows_global_clipnorm", 256, 64, {"global_clipnorm": 0.05}, embedding=T
 run("many_rows_clipvalue", 256, 64, {"clipvalue": 0.002}, embedding=True)
 '''
 
-CASES = ["clipnorm", "global_clipnorm", "clipvalue", "eager", "no_rows", "accumulated", "loss_scaled",
+CASES = ["clipnorm", "global_clipnorm", "clipvalue", "eager", "no_rows", "accumulated", "multi", "loss_scaled",
          "loss_scaled_unclipped", "loss_scaled_no_rows", "loss_scaled_accumulated", "loss_scaled_multi",
-         "loss_scaled_nested", "sparse_clipnorm",
-         "many_rows_global_clipnorm", "many_rows_clipvalue"]
+         "loss_scaled_nested", "sparse_clipnorm", "many_rows_global_clipnorm", "many_rows_clipvalue"]
 
 
 @pytest.fixture(scope="module")
