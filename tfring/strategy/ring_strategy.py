@@ -38,10 +38,12 @@ from tfring.strategy import data_autotuning
 from tfring.strategy import early_reduction
 from tfring.strategy import gradient_accumulation
 from tfring.strategy import gradient_buckets
+from tfring.strategy import input_digest
 from tfring.strategy import input_sharding
 from tfring.strategy import inter_op_threads
 from tfring.strategy import loss_reductions
 from tfring.strategy import on_batch
+from tfring.strategy import rank_noise
 from tfring.strategy import rank_statistics
 from tfring.strategy import reporting
 from tfring.strategy import ring_model
@@ -408,8 +410,10 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         gradient_accumulation.install()
         early_reduction.install()
         reporting.install()
+        input_digest.install()
+        rank_noise.install()
         on_batch.install()
-        shared_seed.agree_on_global_seed(self.rank, self.size)
+        shared_seed.agree_on_random_state(self.rank, self.size)
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), runtime.local_rank())
         bucket_bytes = gradient_buckets.agreed(settings.bucket_bytes, device, self.size)
