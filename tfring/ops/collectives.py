@@ -218,6 +218,11 @@ def broadcast_variables(variables, root_rank=0):
         variables: a list of `tf.Variable`s (or Keras variables).
         root_rank: the rank whose values win.
 
+    Returns:
+        Eagerly: None (the values are assigned). In a graph: the op that broadcasts and assigns,
+        as Horovod returns it. In a TF1 graph (`tf.compat.v1`, run by a `Session`) nothing is
+        assigned until that op runs (`session.run(op)`); in a `tf.function` it runs by itself.
+
     Example:
 
     >>> v = tf.Variable([1.0])
@@ -225,10 +230,9 @@ def broadcast_variables(variables, root_rank=0):
     """
     variables = list(variables)
     if not variables:
-        return
+        return tf.no_op()
     values = broadcast([tf.convert_to_tensor(v) for v in variables], root_rank=root_rank)
-    for v, value in zip(variables, values):
-        v.assign(value)
+    return tf.group(*[v.assign(value) for v, value in zip(variables, values)])  # None eagerly
 
 
 @tf.RegisterGradient("TfringAllreduce")

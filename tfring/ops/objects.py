@@ -38,6 +38,10 @@ def _decode(data, rank):
 
 def _gather_bytes(data):
     """Every rank's bytes, as a list in rank order (one allgather of sizes, one of bytes)."""
+    if not tf.executing_eagerly():
+        raise RuntimeError("tfring's object collectives (broadcast_object, allgather_object) run eagerly only: "
+                           "they return Python values. Call them outside tf.function and TF1 graph mode "
+                           "(in a graph, broadcast tensors with tfring.ops.broadcast)")
     mine = tf.constant(np.frombuffer(data, dtype=np.uint8))
     sizes = collectives.allgather(tf.constant([len(data)], tf.int64)).numpy()
     gathered = collectives.allgather(mine).numpy().tobytes()
