@@ -43,11 +43,29 @@ def _graph_for_collectives():
     """The default graph, after checking that collectives can run in it (not under XLA)."""
     graph = tf.compat.v1.get_default_graph()
     if control_flow_util.GraphOrParentsInXlaContext(graph):
-        raise ValueError(
-            "tfring collectives cannot run inside XLA-compiled code (jit_compile=True): they have no XLA "
-            "kernel. Compile the Keras model with jit_compile=False (or leave it at 'auto', which is "
-            "False under a distribution strategy).")
+        raise ValueError(_xla_refusal(graph))
     return graph
+
+
+# The functions Keras' TensorFlow trainer compiles with the model's `jit_compile`.
+_KERAS_STEPS = ("one_step_on_data", "one_step_on_iterator", "multi_step_on_iterator")
+
+
+def _xla_refusal(graph):
+    """The error for a collective inside XLA-compiled code, naming whose jit_compile=True it is."""
+    names = []
+    while graph is not None:
+        names += [graph.name] if getattr(graph, "name", "") else []
+        graph = getattr(graph, "outer_graph", None)
+    intro = ("tfring collectives cannot run inside XLA-compiled code (jit_compile=True): they have no XLA "
+             "kernel. ")
+    if any(step in name for name in names for step in _KERAS_STEPS):
+        return intro + ("Compile the Keras model with jit_compile=False (or leave it at 'auto', which is False "
+                        "under a distribution strategy).")
+    where = f"the function {names[0]!r}" + (f" or one it is called from ({', '.join(map(repr, names[1:]))})"
+                                            if len(names) > 1 else "")
+    return intro + (f"Here {where} is compiled with XLA: drop jit_compile=True from that tf.function, or call the "
+                    f"collective outside it.")
 
 
 def ordered(make):

@@ -56,6 +56,11 @@ def test_eagerly_everything_runs_in_program_order():
     assert ordering.ordered(lambda: 4) == 4
 
 
-def test_collectives_refuse_xla():
-    with pytest.raises(ValueError, match="cannot run inside XLA-compiled code"):
-        tf.function(lambda x: collectives.allreduce(x), jit_compile=True)(tf.constant([1.0]))
+def test_collectives_refuse_xla_naming_the_users_function():
+    def my_step(x):
+        return collectives.allreduce(x)
+
+    with pytest.raises(ValueError, match="cannot run inside XLA-compiled code") as raised:
+        tf.function(my_step, jit_compile=True)(tf.constant([1.0]))
+    assert "'my_step'" in str(raised.value) and "drop jit_compile=True from that tf.function" in str(raised.value)
+    assert "Keras model" not in str(raised.value), "the flag was on the user's own tf.function"
