@@ -1,12 +1,33 @@
 """The `tfring` command line: `tfring run -np N COMMAND ...` and `tfring convert SOURCE PREFIX`."""
 
 import argparse
+import difflib
 import sys
+
+
+class _SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser that refuses an unknown option itself, so the error shows its usage.
+
+    argparse hands a subcommand's unknown options up to the top-level parser, whose error shows
+    `usage: tfring [-h] {run,convert} ...`: no help for `tfring run --all-ouput python x.py`.
+    """
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._suggestion(extras[0])}")
+        return namespace, extras
+
+    def _suggestion(self, unknown):
+        """The hint after the error, e.g. ' (did you mean --all-output?)', or '' when no option is close."""
+        options = [o for action in self._actions for o in action.option_strings]
+        close = difflib.get_close_matches(unknown.split("=", 1)[0], options, n=1)
+        return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _parser():
     parser = argparse.ArgumentParser(prog="tfring", description="Data-parallel training for Keras 3 / TensorFlow.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_SubcommandParser)
     run = sub.add_parser("run", help="start N ranks of COMMAND on this host or on several",
                          description="Start N ranks of COMMAND, on this host or over ssh on several, "
                                      "and supervise them.")
@@ -62,7 +83,8 @@ def _run_arguments(run):
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds a collective may stall before failing (sets TFRING_TIMEOUT)")
     run.add_argument("--all-output", action="store_true",
-                     help="show every rank's stdout (default: rank 0's stdout, every rank's stderr)")
+                     help="show every rank's stdout, and the ranks' stderr after Ctrl-C (default: rank 0's "
+                          "stdout, every rank's stderr until Ctrl-C)")
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, e.g. python train.py")
 
 

@@ -4,7 +4,9 @@ Each rank gets its rank, the sizes, the address of rank 0's rendezvous store and
 secret in its environment. Output lines are prefixed with `[rank]`. SIGINT/SIGTERM are forwarded
 to every rank on every host. When one rank exits non-zero (or the connection to its host is lost),
 the others are stopped (SIGTERM, then SIGKILL after a grace period: all gone within 5 s) and the
-launcher exits with that rank's code.
+launcher exits with the code of the rank that failed first, naming it (`first_failure`) in one
+last line. After Ctrl-C the launcher says so once, and hides what the ranks write to stderr from
+then on (their KeyboardInterrupt tracebacks) unless `--all-output`.
 
 With other hosts (`-H`, `--hostfile`) every remote rank is started by `ssh HOST` running
 `tfring.launch.remote` in the same working directory and interpreter as here (a shared file system
@@ -14,6 +16,7 @@ TensorFlow version than rank 0's host fails the start, naming the host.
 """
 
 import dataclasses
+import math
 import os
 import secrets
 import signal
@@ -25,6 +28,7 @@ import time
 from tfring.launch import addresses
 from tfring.launch import cluster
 from tfring.launch import core_binding
+from tfring.launch import first_failure
 from tfring.launch import forwarding
 from tfring.launch import hosts as hostlist
 from tfring.launch import local_rank
@@ -34,6 +38,11 @@ from tfring.launch import versions
 
 KILL_GRACE_SECONDS = 4.0
 POLL_SECONDS = 0.05
+# How long a failure that reads as a lost peer waits for the rank that caused it to fail too (a
+# rank that raised may exit after its neighbour noticed its closed connection).
+CAUSE_GRACE_SECONDS = 3.0
+# How long the launcher waits for a rank's last stderr lines once it has exited.
+STDERR_EOF_SECONDS = 1.0
 
 
 @dataclasses.dataclass
@@ -42,7 +51,8 @@ class Options:
 
     Args:
         timeout: seconds a collective may stall (passed to the ranks as TFRING_TIMEOUT), or None.
-        all_output: show every rank's stdout, not only rank 0's (stderr is always shown).
+        all_output: show every rank's stdout, not only rank 0's, and the ranks' stderr after Ctrl-C
+            (hidden by default: their KeyboardInterrupt tracebacks).
         hosts: a list of `hosts.Host`, or None for this host only.
         rsh, ssh_port, ssh_identity_file: how to reach other hosts (`remote_rank.ssh_prefix`).
         exports: `-x` variables for every rank (`forwarding.parse_exports`).
@@ -111,7 +121,10 @@ class Job:
                              "name it once, with all its slots")
         self.remote_slots = [s for s in self.slots if not here[s.host]]
         self.ranks = {}  # rank -> LocalRank or RemoteRank
+        self.exits = {}  # rank -> (exit code, time.monotonic() when the exit was first seen)
         self.threads = []
+        self._stderr_pumps = {}  # rank -> the thread reading its stderr
+        self._consequences = {}  # rank -> whether its stderr reads as a lost peer
         self.signalled = None  # SIGINT/SIGTERM received by the launcher (the handler only records it)
 
     @property
@@ -123,6 +136,7 @@ class Job:
         t = threading.Thread(target=target, args=args, daemon=True)
         t.start()
         self.threads.append(t)
+        return t
 
     def _rank_env(self, slot, store_addr, secret, job_id):
         env = {
@@ -170,7 +184,8 @@ class Job:
             raise StartError(_cannot_start(self.command, e)) from e
         self.ranks[slot.rank] = rank
         self._thread(output.pump, rank.proc.stdout, self.output.stream(slot.rank, stdout=True))
-        self._thread(output.pump, rank.proc.stderr, self.output.stream(slot.rank, stdout=False))
+        self._stderr_pumps[slot.rank] = self._thread(output.pump, rank.proc.stderr,
+                                                     self.output.stream(slot.rank, stdout=False))
 
     def _start_remote(self, rank, env):
         rank.start_stderr(self.output.stream(rank.slot.rank, stdout=False))
@@ -191,7 +206,7 @@ class Job:
                                  f"{e.strerror or e} (see --rsh)") from e
             self.ranks[slot.rank] = rank
             self._thread(rank.pump_stdout, self.output.stream(slot.rank, stdout=True))
-            self._thread(rank.pump_stderr, self.output.stream(slot.rank, stdout=False))
+            self._stderr_pumps[slot.rank] = self._thread(rank.pump_stderr, self.output.stream(slot.rank, stdout=False))
             rank.request(o.interface, want_port=slot.rank == 0)
         deadline = time.monotonic() + o.start_timeout
         while not all(r.ready.is_set() for r in self.ranks.values()) and time.monotonic() < deadline:
@@ -254,9 +269,17 @@ class Job:
         for rank in self.ranks.values():
             rank.signal(signum)
 
+    def _poll_all(self):
+        """Polls every rank, noting when each exit was first seen; True once all have ended."""
+        now = time.monotonic()
+        for r, rank in self.ranks.items():
+            if r not in self.exits and (code := rank.poll()) is not None:
+                self.exits[r] = (code, now)
+        return len(self.exits) == len(self.ranks)
+
     def _wait_all(self, seconds):
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and any(r.poll() is None for r in self.ranks.values()):
+        while time.monotonic() < deadline and not self._poll_all():
             time.sleep(POLL_SECONDS)
 
     def terminate(self):
@@ -277,44 +300,82 @@ class Job:
             except subprocess.TimeoutExpired:
                 pass  # stuck in the kernel: nothing more a signal can do
 
-    def _first_failure(self):
-        """(rank, code) of the first rank that failed; (None, 0) when all succeeded; None while running."""
-        codes = {r: rank.poll() for r, rank in self.ranks.items()}
-        for r, code in codes.items():
-            if code not in (None, 0):
-                return r, code
-        return (None, 0) if all(c == 0 for c in codes.values()) else None
+    def _stderr_tail(self, r):
+        """Rank `r`'s last stderr lines, once they have arrived (a helper it left running may hold
+        its stderr open: then what came within `STDERR_EOF_SECONDS`)."""
+        if r in self._stderr_pumps:
+            self._stderr_pumps[r].join(timeout=STDERR_EOF_SECONDS)
+        return self.output.tail(r)
+
+    def _reads_as_consequence(self, r):
+        if r not in self._consequences:  # asked at every poll: its stderr is waited for once
+            self._consequences[r] = first_failure.reads_as_consequence(self._stderr_tail(r))
+        return self._consequences[r]
+
+    def _failure_is_clear(self):
+        """Whether a rank failed by itself, or a lost-peer failure has waited long enough for one."""
+        failed = {r: seen for r, (code, seen) in self.exits.items() if code != 0}
+        if not failed:
+            return False
+        return (any(not self._reads_as_consequence(r) for r in failed) or
+                time.monotonic() - min(failed.values()) > CAUSE_GRACE_SECONDS)
 
     def _say(self, message):
         sys.stderr.write(f"tfring run: {message}\n")
         sys.stderr.flush()
 
     def _outcome(self):
-        """Waits until a rank fails or all end; passes on a signal the launcher got, and kills
-        the ranks that have not stopped `KILL_GRACE_SECONDS` after it."""
-        forwarded_at = None
-        while (outcome := self._first_failure()) is None:
-            if self.signalled is not None and forwarded_at is None:
-                self.signal_all(self.signalled)
-                forwarded_at = time.monotonic()
-            elif forwarded_at is not None and time.monotonic() - forwarded_at > KILL_GRACE_SECONDS:
-                name = signal.Signals(self.signalled).name
-                self._say(f"the ranks did not stop within {KILL_GRACE_SECONDS:g} s of {name}; killing them")
-                self._kill_all()
-                return None, 128 + self.signalled
+        """Polls every rank until all have ended, the launcher got a signal, or a failure is clear."""
+        while not self._poll_all() and self.signalled is None and not self._failure_is_clear():
             time.sleep(POLL_SECONDS)
-        return outcome
 
-    def wait(self):
-        """Waits for the job; returns the exit code of the launcher."""
-        failed, code = self._outcome()
-        if failed is not None:
-            others = any(rank.poll() is None for rank in self.ranks.values())
-            self._say(f"{self.ranks[failed].describe_failure(code)}{'; stopping the other ranks' if others else ''}")
-            self.terminate()
+    def _stop_on_signal(self):
+        """Passes the launcher's signal on, kills the ranks still running `KILL_GRACE_SECONDS` later,
+        and says so in one line; returns 0 when every rank then exited 0, else 128+signal."""
+        signum = self.signalled
+        self.output.hide_stderr()
+        self.signal_all(signum)
+        self._wait_all(KILL_GRACE_SECONDS)
+        if len(self.exits) < len(self.ranks):
+            name = signal.Signals(signum).name
+            self._say(f"the ranks did not stop within {KILL_GRACE_SECONDS:g} s of {name}; killing them")
+            self._kill_all()
+        self._join_output()
+        hidden = self.output.hidden_lines
+        note = f" ({hidden} lines of the ranks' stderr since then hidden; --all-output shows them)" if hidden else ""
+        self._say(f"stopped by {'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name}{note}")
+        clean = len(self.exits) == len(self.ranks) and all(code == 0 for code, _ in self.exits.values())
+        return 0 if clean else 128 + signum
+
+    def _stop_on_failure(self):
+        """Stops the other ranks and names the one that failed first; returns its exit code."""
+        stopping_since = time.monotonic()
+        self.terminate()
+        self._join_output()
+        ends = []
+        for r in self.ranks:
+            code, seen = self.exits.get(r, (None, math.inf))
+            ends.append(first_failure.RankEnd(r, code, seen, seen >= stopping_since, self._stderr_tail(r)))
+        cause, others = first_failure.blame(ends)
+        self._say(first_failure.summary(self.ranks[cause.rank].describe_failure(cause.code), cause.tail, others))
+        return cause.code
+
+    def _join_output(self):
+        """Lets the output threads finish (at most 5 s in all), so the launcher's line comes last."""
         deadline = time.monotonic() + 5
         for t in self.threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def wait(self):
+        """Waits for the job; returns the exit code of the launcher."""
+        self._outcome()
+        if self.signalled is not None:
+            code = self._stop_on_signal()
+        elif any(code != 0 for code, _ in self.exits.values()):
+            code = self._stop_on_failure()
+        else:
+            code = 0
+            self._join_output()
         self.output.close()
         return code
 
@@ -339,7 +400,8 @@ def run(command, num_processes, options=None):
         options: an `Options` (hosts, ssh, output, timeouts); None: this host, defaults.
 
     Returns:
-        0 when every rank exited 0, else the first failing rank's code (128+N for signal N).
+        0 when every rank exited 0, else the code of the rank that failed first (128+N for signal
+        N); 128+N when the launcher got signal N (0 if every rank then exited 0).
 
     Raises:
         StartError: the job could not be started (the message says why, in one line).

@@ -1,10 +1,13 @@
-"""`tfring run`: environment, output routing, exit codes, signal forwarding, and kill on failure."""
+"""`tfring run`: environment, output routing, exit codes, signal forwarding, kill on failure, which rank
+is blamed, Ctrl-C, and mistyped options."""
 
 import os
+import queue
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -217,3 +220,139 @@ def test_ranks_die_with_a_killed_launcher(wrapped):
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _summary(stderr):
+    """The launcher's own lines (not a rank's)."""
+    return [line for line in stderr.splitlines() if line.startswith("tfring run: ")]
+
+
+BOOM_ON_RANK_1 = ("import os, time\n"
+                  "if os.environ['TFRING_RANK'] == '1': time.sleep(0.3); raise ValueError('boom')\n"
+                  "time.sleep(100)")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_rank_that_failed_first_is_blamed_with_its_last_error_line(size):
+    proc = _run(["-np", str(size), sys.executable, "-c", BOOM_ON_RANK_1])
+    assert proc.returncode == 1, proc.stderr
+    others = "ranks 0, 2" if size == 3 else "rank 0"
+    assert _summary(proc.stderr) == [
+        "tfring run: first failure: rank 1 exited with code 1 (last stderr line: ValueError: boom); "
+        f"stopped {others} because of it"], proc.stderr
+    assert proc.stderr.rstrip().endswith("because of it")  # the summary ends the output
+
+
+# A line as a rank prints it when its ring neighbour died (the core's words: tcp_transport.cc).
+PEER_LOST = ("tensorflow.python.framework.errors_impl.UnavailableError: tfring.allreduce 'x' failed on rank 0: "
+             "lost the connection to rank 1: connection closed by peer [Op:TfringAllreduce]")
+
+
+# Rank 1 fails by itself, rank 0 with a lost-peer error, rank 2 sleeps until stopped. Markers in
+# DIR order their exits: "cause first": rank 0 speaks 0.2 s after rank 1 has exited (and ignores
+# the launcher's SIGTERM meanwhile); "consequence first": rank 1 exits 0.5 s after rank 0 has.
+PEER_LOST_JOB = """
+import os, signal, sys, time
+
+def wait_until(done):
+    deadline = time.monotonic() + 30
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+def gone(pid):  # a zombie has exited too
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+rank = os.environ["TFRING_RANK"]
+if rank == "1":
+    print("ValueError: boom", file=sys.stderr, flush=True)
+    with open(DIR + "/1.tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(DIR + "/1.tmp", DIR + "/1")
+    if ORDER == "consequence first":
+        wait_until(lambda: os.path.exists(DIR + "/0"))
+        time.sleep(0.5)
+    sys.exit(1)
+if rank == "0":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    wait_until(lambda: os.path.exists(DIR + "/1"))
+    if ORDER == "cause first":
+        pid = int(open(DIR + "/1").read())
+        wait_until(lambda: gone(pid))
+        time.sleep(0.2)
+    print(PEER_LOST, file=sys.stderr, flush=True)
+    open(DIR + "/0", "w").close()
+    sys.exit(1)
+time.sleep(100)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("order", ["cause first", "consequence first"])
+def test_a_rank_that_lost_its_peer_is_not_blamed(tmp_path, order):
+    script = tmp_path / "job.py"
+    script.write_text(f"DIR = {str(tmp_path)!r}\nORDER = {order!r}\nPEER_LOST = {PEER_LOST!r}\n" + PEER_LOST_JOB)
+    proc = _run(["-np", "3", sys.executable, str(script)])
+    assert proc.returncode == 1, proc.stderr
+    assert _summary(proc.stderr) == [
+        "tfring run: first failure: rank 1 exited with code 1 (last stderr line: ValueError: boom); "
+        "stopped ranks 0, 2 because of it"], proc.stderr
+    assert "[0] " + PEER_LOST in proc.stderr  # rank 0 did fail, saying it lost its peer
+
+
+SLEEPERS = ("import sys, time\n"
+            "print('ready', file=sys.stderr, flush=True)\n"
+            "time.sleep(60)")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("signum, all_output, said", [(signal.SIGINT, False, "stopped by Ctrl-C"),
+                                                       (signal.SIGINT, True, "stopped by Ctrl-C"),
+                                                       (signal.SIGTERM, False, "stopped by SIGTERM")])
+def test_ctrl_c_says_so_once_and_blames_no_rank(signum, all_output, said):
+    proc = subprocess.Popen([sys.executable, "-m", "tfring", "run", "-np", "2"] +
+                            (["--all-output"] if all_output else []) + [sys.executable, "-c", SLEEPERS],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True)
+        reader.start()
+        seen = []
+        while sum("ready" in line for line in seen) < 2:
+            seen.append(lines.get(timeout=60))
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == 128 + signum
+        reader.join(timeout=10)
+        err = "".join(seen + list(lines.queue))
+    finally:
+        proc.kill()
+    assert err.count(said) == 1, err
+    assert "killed by SIG" not in err and "exited with code" not in err, err
+    # The ranks' KeyboardInterrupt tracebacks: only with --all-output.
+    assert ("Traceback" in err) == (all_output and signum == signal.SIGINT), err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("typo, suggestion", [("--all-ouput", "--all-output"), ("--np", "-np")])
+def test_a_mistyped_option_shows_run_usage_and_a_suggestion(typo, suggestion):
+    proc = _run([typo] + (["2"] if typo == "--np" else []) + [sys.executable, "-c", "pass"])
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: tfring run "), proc.stderr
+    assert f"tfring run: error: unrecognized arguments: {typo} (did you mean {suggestion}?)" in proc.stderr
+
+
+@pytest.mark.multiprocess
+def test_an_option_with_no_close_match_is_named_without_a_guess():
+    proc = _run(["--zzzzzz", sys.executable, "-c", "pass"])
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: tfring run "), proc.stderr
+    assert proc.stderr.rstrip().endswith("tfring run: error: unrecognized arguments: --zzzzzz"), proc.stderr
+
+
+@pytest.mark.multiprocess
+def test_options_after_the_command_belong_to_the_command():
+    proc = _run(["-np", "1", sys.executable, "-c", "import sys; print(sys.argv[1:])", "--all-ouput"])
+    assert proc.returncode == 0 and proc.stdout.strip() == "[0] ['--all-ouput']", proc.stderr

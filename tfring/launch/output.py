@@ -2,8 +2,10 @@
 
 Rank 0's stdout and every rank's stderr are shown by default (`--all-output`: every stdout too);
 `--output-dir DIR` also writes each rank's whole output, unprefixed, to `DIR/rank.N.log`.
+The last lines of each rank's stderr are kept, for the launcher's word on a failed job.
 """
 
+import collections
 import os
 import re
 import sys
@@ -11,6 +13,8 @@ import threading
 
 # "path.py:12: UserWarning: text", the first line of a Python warning (its source line follows).
 _WARNING_LINE = re.compile(rb"^\S.*:\d+: \w*Warning: ")
+# Lines of each rank's stderr kept for the launcher's last word (a TensorFlow error spans several).
+TAIL_LINES = 20
 
 
 class WarningsOnce:
@@ -71,6 +75,9 @@ class JobOutput:
         self.output_dir = output_dir
         self._warnings = WarningsOnce()
         self._logs = {}
+        self._tails = {}  # rank -> its last stderr lines (bytes)
+        self._hiding_stderr = False
+        self.hidden_lines = 0  # stderr lines not shown since `hide_stderr`
         self._lock = threading.Lock()
         if output_dir:
             os.makedirs(output_dir, exist_ok=True)
@@ -96,15 +103,46 @@ class JobOutput:
         keep = (lambda line: True) if self.all_output else self._warnings.filter()
         prefix = f"[{rank}] ".encode()
         log = self._log(rank)
+        tail = None if stdout else self._stderr_tail(rank)
 
         def take(line):
             if log is not None and not log.closed:  # closed at the end, when a pump may linger
                 log.write(line)
-            if show and keep(line):
+            if tail is not None:
+                tail.append(line)
+            if show and not (tail is not None and self._hidden()) and keep(line):
                 sink.buffer.write(prefix + line)
                 sink.buffer.flush()
 
         return take
+
+    def _stderr_tail(self, rank):
+        with self._lock:
+            return self._tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
+
+    def tail(self, rank):
+        """The last lines (str, newest last) rank `rank` wrote to stderr, shown or not.
+
+        Example:
+
+        >>> out.tail(1)
+        ['Traceback (most recent call last):', '  File "train.py", line 3, in <module>', 'ValueError: boom']
+        """
+        return [line.decode(errors="replace").rstrip("\r\n") for line in list(self._stderr_tail(rank))]
+
+    def hide_stderr(self):
+        """Stops showing the ranks' stderr (log files still get it), unless `all_output`.
+
+        Called when the launcher got Ctrl-C: what the ranks print then is mostly their
+        KeyboardInterrupt tracebacks, dozens of lines that hide the launcher's one line.
+        """
+        self._hiding_stderr = not self.all_output
+
+    def _hidden(self):
+        """Whether a stderr line is to be hidden; counts it when it is."""
+        with self._lock:
+            self.hidden_lines += self._hiding_stderr
+            return self._hiding_stderr
 
     def close(self):
         """Closes the log files."""

@@ -121,10 +121,15 @@ def test_another_tfring_build_on_a_host_fails_the_start_naming_both(tmp_path):
 
 def test_a_failing_remote_rank_stops_the_job_with_its_code(tmp_path):
     rsh = _rsh(tmp_path, 'exec sh -c "$command"')
-    code = "import os, sys, time\nif os.environ['TFRING_RANK'] == '2': sys.exit(5)\ntime.sleep(60)"
+    code = ("import os, sys, time\n"
+            "if os.environ['TFRING_RANK'] == '2': print('ValueError: boom', file=sys.stderr); sys.exit(5)\n"
+            "time.sleep(60)")
     start = time.monotonic()
     proc = _launch(["-H", "a:2,b:2", "--rsh", rsh, sys.executable, "-c", code])
-    assert proc.returncode == 5 and "rank 2 on host b exited with code 5; stopping the other ranks" in proc.stderr
+    assert proc.returncode == 5, proc.stderr
+    # The remote rank's last stderr line travelled over ssh and is quoted.
+    assert ("tfring run: first failure: rank 2 on host b exited with code 5 (last stderr line: ValueError: boom); "
+            "stopped ranks 0, 1, 3 because of it") in proc.stderr, proc.stderr
     assert time.monotonic() - start < 30
 
 
