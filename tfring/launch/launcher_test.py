@@ -86,11 +86,16 @@ def check_sigint_reaches_every_rank(launcher_args, env=None):
     """Starts two ranks that print 'ready', sends SIGINT to `tfring run`, and checks both got it."""
     p = subprocess.Popen([sys.executable, "-m", "tfring", "run"] + launcher_args + ["--all-output", sys.executable,
                           "-c", SIGINT_HANDLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    seen = 0
-    while seen < 2:
-        line = p.stdout.readline()
-        assert line, "launcher ended early"
-        seen += "ready" in line
+    watchdog = threading.Timer(60, p.kill)  # readline() has no timeout: a hung start fails the test
+    watchdog.start()
+    try:
+        seen = 0
+        while seen < 2:
+            line = p.stdout.readline()
+            assert line, "launcher ended early (or hung for 60 s)"
+            seen += "ready" in line
+    finally:
+        watchdog.cancel()
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
