@@ -1,11 +1,12 @@
 // GPU kernels of tfring's data path, framework-free (no TensorFlow include): the elementwise
-// reduction of ring steps, the division for MEAN, the float32 <-> float16/bfloat16 casts of
+// reduction of ring steps, the last step of MEAN with its division, the float32 <-> float16/bfloat16 casts of
 // compression, packing many tensors into a fusion buffer (and back) in one launch, and the fused
 // LARS update. Every call is asynchronous on `stream` and returns the launch status.
 //
 // Semantics match the CPU core bit for bit where the CPU defines them (core/reduce.h): 16-bit
-// floats are widened to float32, reduced, and rounded back to nearest-even once; MEAN divides
-// (true division for floats, truncating for integers). The LARS update matches core/lars.h.
+// floats are widened to float32, reduced, and rounded back to nearest-even once per step; MEAN
+// divides in its last addition (reduceMeanInto: a 16-bit mean rounded once; true division for
+// floats, truncating for integers). The LARS update matches core/lars.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,8 +24,10 @@ namespace cuda {
 cudaError_t reduceInto(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
                        cudaStream_t stream);
 
-// data[i] /= divisor (the MEAN after a SUM). A no-op for divisor 1.
-cudaError_t divideBy(void* data, size_t count, DataType type, int divisor, cudaStream_t stream);
+// dst[i] = (a[i] + b[i]) / divisor, the last addition of a MEAN over `divisor` ranks, bit for bit
+// as core/reduce.h's reduceMeanInto. Divisor 1: the sum. dst may alias a or b.
+cudaError_t reduceMeanInto(void* dst, const void* a, const void* b, size_t count, DataType type, int divisor,
+                           cudaStream_t stream);
 
 // Casts between float32 and float16/bfloat16 (round to nearest even), for gradient compression.
 cudaError_t castFloat(void* dst, DataType dstType, const void* src, DataType srcType, size_t count,

@@ -1,6 +1,4 @@
-// Elementwise reduction of two buffers (ring steps) and the division of MEAN.
-#include <type_traits>
-
+// Elementwise reduction of two buffers (ring steps), and the last step of a MEAN with its division.
 #include "cuda_kernels.h"
 #include "device_math.cuh"
 
@@ -20,6 +18,14 @@ struct Min {
 };
 struct Max {
   template <typename T> __device__ T operator()(T a, T b) const { return (a != a || a > b) ? a : b; }
+};
+// The last addition of a MEAN and its division, as core/reduce.cc's Mean: T is float for the
+// 16-bit floats (rounded once, on the store); other types keep the bits of sum-then-divide.
+struct Mean {
+  int divisor;
+  template <typename T> __device__ T operator()(T a, T b) const {
+    return static_cast<T>(static_cast<T>(a + b) / static_cast<T>(divisor));
+  }
 };
 
 // Storage <-> arithmetic for each element type: 16-bit floats compute in float32.
@@ -83,35 +89,19 @@ cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t n, Op o
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t reduceTyped(void* dst, const void* a, const void* b, size_t n, ReduceOp op, cudaStream_t stream) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kMean: return launchReduce<T>(dst, a, b, n, Sum(), stream);
-    case ReduceOp::kProduct: return launchReduce<T>(dst, a, b, n, Prod(), stream);
-    case ReduceOp::kMin: return launchReduce<T>(dst, a, b, n, Min(), stream);
-    case ReduceOp::kMax: return launchReduce<T>(dst, a, b, n, Max(), stream);
+template <typename Op>
+cudaError_t launchForType(void* dst, const void* a, const void* b, size_t n, DataType type, Op op,
+                          cudaStream_t stream) {
+  switch (type) {
+    case DataType::kFloat16: return launchReduce<HalfBits>(dst, a, b, n, op, stream);
+    case DataType::kBFloat16: return launchReduce<Bf16Bits>(dst, a, b, n, op, stream);
+    case DataType::kFloat32: return launchReduce<float>(dst, a, b, n, op, stream);
+    case DataType::kFloat64: return launchReduce<double>(dst, a, b, n, op, stream);
+    case DataType::kInt32: return launchReduce<int32_t>(dst, a, b, n, op, stream);
+    case DataType::kInt64: return launchReduce<int64_t>(dst, a, b, n, op, stream);
+    case DataType::kUint8: return launchReduce<uint8_t>(dst, a, b, n, op, stream);
   }
   return cudaErrorInvalidValue;
-}
-
-template <typename T>
-__global__ void divideKernel(T* data, size_t n, int divisor) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    if constexpr (std::is_integral<T>::value) {
-      data[i] = static_cast<T>(static_cast<long long>(data[i]) / divisor);  // truncating, as on the CPU
-    } else {
-      // A true division (not a multiply by 1/divisor), so a mean equals sum / n bit for bit.
-      using C = typename Elem<T>::Compute;
-      data[i] = Elem<T>::store(Elem<T>::load(data[i]) / static_cast<C>(divisor));
-    }
-  }
-}
-
-template <typename T>
-cudaError_t launchDivide(void* data, size_t n, int divisor, cudaStream_t stream) {
-  divideKernel<T><<<gridFor(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, divisor);
-  return cudaGetLastError();
 }
 
 }  // namespace
@@ -119,31 +109,22 @@ cudaError_t launchDivide(void* data, size_t n, int divisor, cudaStream_t stream)
 cudaError_t reduceInto(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
                        cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  switch (type) {
-    case DataType::kFloat16: return reduceTyped<HalfBits>(dst, a, b, count, op, stream);
-    case DataType::kBFloat16: return reduceTyped<Bf16Bits>(dst, a, b, count, op, stream);
-    case DataType::kFloat32: return reduceTyped<float>(dst, a, b, count, op, stream);
-    case DataType::kFloat64: return reduceTyped<double>(dst, a, b, count, op, stream);
-    case DataType::kInt32: return reduceTyped<int32_t>(dst, a, b, count, op, stream);
-    case DataType::kInt64: return reduceTyped<int64_t>(dst, a, b, count, op, stream);
-    case DataType::kUint8: return reduceTyped<uint8_t>(dst, a, b, count, op, stream);
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean: return launchForType(dst, a, b, count, type, Sum(), stream);
+    case ReduceOp::kProduct: return launchForType(dst, a, b, count, type, Prod(), stream);
+    case ReduceOp::kMin: return launchForType(dst, a, b, count, type, Min(), stream);
+    case ReduceOp::kMax: return launchForType(dst, a, b, count, type, Max(), stream);
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t divideBy(void* data, size_t count, DataType type, int divisor, cudaStream_t stream) {
-  if (divisor == 1 || count == 0) return cudaSuccess;
-  if (divisor == 0) return cudaErrorInvalidValue;
-  switch (type) {
-    case DataType::kFloat16: return launchDivide<HalfBits>(data, count, divisor, stream);
-    case DataType::kBFloat16: return launchDivide<Bf16Bits>(data, count, divisor, stream);
-    case DataType::kFloat32: return launchDivide<float>(data, count, divisor, stream);
-    case DataType::kFloat64: return launchDivide<double>(data, count, divisor, stream);
-    case DataType::kInt32: return launchDivide<int32_t>(data, count, divisor, stream);
-    case DataType::kInt64: return launchDivide<int64_t>(data, count, divisor, stream);
-    case DataType::kUint8: return launchDivide<uint8_t>(data, count, divisor, stream);
-  }
-  return cudaErrorInvalidValue;
+cudaError_t reduceMeanInto(void* dst, const void* a, const void* b, size_t count, DataType type, int divisor,
+                           cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (divisor < 1) return cudaErrorInvalidValue;
+  if (divisor == 1) return launchForType(dst, a, b, count, type, Sum(), stream);
+  return launchForType(dst, a, b, count, type, Mean{divisor}, stream);
 }
 
 }  // namespace cuda

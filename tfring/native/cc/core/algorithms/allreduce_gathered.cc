@@ -13,8 +13,14 @@ void reduceInRankOrder(const std::vector<const uint8_t*>& blocks, const IoList& 
   for (const iovec& piece : out) {
     const size_t count = piece.iov_len / elem;
     if (count > 0) std::memcpy(piece.iov_base, blocks[0] + at, piece.iov_len);
-    for (int k = 1; k < ranks; ++k) reduceInto(piece.iov_base, piece.iov_base, blocks[k] + at, count, type, op);
-    if (op == ReduceOp::kMean) divideBy(piece.iov_base, count, type, ranks);
+    for (int k = 1; k < ranks; ++k) {
+      if (op == ReduceOp::kMean) {
+        // The last rank's block is the last addition: there a MEAN divides, rounded once.
+        reduceMeanInto(piece.iov_base, piece.iov_base, blocks[k] + at, count, type, k == ranks - 1 ? ranks : 1);
+      } else {
+        reduceInto(piece.iov_base, piece.iov_base, blocks[k] + at, count, type, op);
+      }
+    }
     at += piece.iov_len;
   }
 }

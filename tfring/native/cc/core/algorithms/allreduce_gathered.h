@@ -29,7 +29,8 @@ inline bool gathersAllreduce(size_t bytes, int size) {
   return size > 1 && bytes * static_cast<size_t>(size - 1) <= kGatheredAllreduceBudget;
 }
 
-// out = blocks[0] (op) blocks[1] (op) ... in that order; MEAN then divides by blocks.size().
+// out = blocks[0] (op) blocks[1] (op) ... in that order; MEAN divides by blocks.size() in the
+// last addition (reduceMeanInto).
 // Each block holds totalBytes(out) bytes, packed in the order of out's pieces; out may not
 // overlap a block.
 void reduceInRankOrder(const std::vector<const uint8_t*>& blocks, const IoList& out, DataType type, ReduceOp op);

@@ -8,8 +8,8 @@
 // x 2 ranks that is N instead of 1.5 N per direction of the link.
 //
 // Bits: each element is reduced in one fixed order (inside its host, then across hosts in host
-// order) and then copied to every rank, so every rank ends with the same bits; MEAN divides the
-// sum once, by L*H, on the rank that owns the element.
+// order) and then copied to every rank, so every rank ends with the same bits; MEAN divides by
+// L*H in the element's last addition (across hosts), on the rank that owns the element.
 #pragma once
 
 #include "common.h"

@@ -1,6 +1,7 @@
 #include "algorithms/allreduce_ring.h"
 
 #include <cstring>
+#include <string>
 
 #include "algorithms/reduce.h"
 
@@ -14,22 +15,22 @@ void copyPieces(const IoList& in, const IoList& out) {
   }
 }
 
-// out[range] = in[range] (op) data, walking the pieces that cover the range.
+// out[range] = in[range] (op) data, walking the pieces that cover the range. MEAN: `divisor` > 1
+// makes this the elements' last addition, divided as it is made.
 void reducePieces(const IoList& in, const IoList& out, size_t offset, const uint8_t* data,
-                  size_t len, DataType type, ReduceOp op) {
+                  size_t len, DataType type, ReduceOp op, int divisor) {
   const size_t elem = dataTypeSize(type);
   IoList src = sliceIo(in, offset, len);
   IoList dst = sliceIo(out, offset, len);
   for (size_t i = 0; i < src.size(); ++i) {
-    reduceInto(dst[i].iov_base, src[i].iov_base, data, src[i].iov_len / elem, type, op);
+    const size_t n = src[i].iov_len / elem;
+    if (op == ReduceOp::kMean) {
+      reduceMeanInto(dst[i].iov_base, src[i].iov_base, data, n, type, divisor);
+    } else {
+      reduceInto(dst[i].iov_base, src[i].iov_base, data, n, type, op);
+    }
     data += src[i].iov_len;
   }
-}
-
-// pieces /= divisor, for MEAN once they hold the sum of `divisor` ranks.
-void dividePieces(const IoList& pieces, DataType type, int divisor) {
-  const size_t elem = dataTypeSize(type);
-  for (const auto& p : pieces) divideBy(p.iov_base, p.iov_len / elem, type, divisor);
 }
 
 int mod(int x, int size) { return ((x % size) + size) % size; }
@@ -43,7 +44,12 @@ IoList ownedPart(const Transport* t, int size, const IoList& out, DataType type)
 }
 
 void ringReduceScatter(Transport* t, int size, const IoList& in, const IoList& out, DataType type, ReduceOp op,
-                       Deadline deadline) {
+                       Deadline deadline, int meanOver) {
+  if (size == 1 && op == ReduceOp::kMean && meanOver > 1) {
+    // No addition to divide in: the divisor belongs to the ring that makes the last one.
+    throw Error(Code::kInvalidArgument, "ring reduce-scatter: a mean over " + std::to_string(meanOver) +
+                                            " ranks on a ring of one rank");
+  }
   if (size == 1) return copyPieces(in, out);
   const size_t elem = dataTypeSize(type);
   const Segments seg(totalBytes(in), elem, size);
@@ -55,10 +61,12 @@ void ringReduceScatter(Transport* t, int size, const IoList& in, const IoList& o
     target.bytes = seg.length(recvSeg);
     target.unit = elem;
     // The arriving partial sum covers every rank to our left; adding our own input completes it
-    // by one more rank. Each segment is received and reduced exactly once per rank.
+    // by one more rank. Each segment is received and reduced exactly once per rank; the last
+    // step completes our owned segment, where a MEAN divides.
     const size_t recvStart = seg.start(recvSeg);
+    const int divisor = step == size - 2 ? meanOver : 1;
     target.consume = [&](const uint8_t* data, size_t offset, size_t len) {
-      reducePieces(in, out, recvStart + offset, data, len, type, op);
+      reducePieces(in, out, recvStart + offset, data, len, type, op, divisor);
     };
     t->sendRecv(sliceIo(sendFrom, seg.start(sendSeg), seg.length(sendSeg)), target, deadline);
   }
@@ -78,10 +86,8 @@ void ringAllgatherSegments(Transport* t, int size, const IoList& out, DataType t
 
 void ringAllreduce(Transport* t, int size, const IoList& in, const IoList& out, DataType type, ReduceOp op,
                    Deadline deadline, int meanOver, const PhaseEnded& phaseEnded) {
-  ringReduceScatter(t, size, in, out, type, op, deadline);
-  // Our fully reduced segment; divide once here so every rank ends with the same bits.
-  const int divisor = meanOver ? meanOver : size;
-  if (op == ReduceOp::kMean && divisor > 1) dividePieces(ownedPart(t, size, out, type), type, divisor);
+  // MEAN divides on the segment's owner as it completes it: every rank then gets the owner's bits.
+  ringReduceScatter(t, size, in, out, type, op, deadline, meanOver ? meanOver : size);
   if (phaseEnded) phaseEnded("reduce-scatter");
   if (size > 1) ringAllgatherSegments(t, size, out, type, deadline);
   if (phaseEnded) phaseEnded("allgather");

@@ -42,14 +42,17 @@ IoList ownedPart(const Transport* transport, int size, const IoList& out, DataTy
 // caller can time them (the timeline).
 using PhaseEnded = std::function<void(const char* phase)>;
 
-// `transport` is null when size == 1. MEAN divides the sum by `meanOver` ranks (0: by `size`).
+// `transport` is null when size == 1. MEAN divides the sum by `meanOver` ranks (0: by `size`),
+// in its last addition (reduceMeanInto); with size 1 there is none, so meanOver must be 0 or 1.
 void ringAllreduce(Transport* transport, int size, const IoList& in, const IoList& out, DataType type,
                    ReduceOp op, Deadline deadline, int meanOver = 0, const PhaseEnded& phaseEnded = nullptr);
 
 // The first phase: afterwards segment ownedSegment(rank, size) of `out` holds the reduction of
-// every rank's `in` (MEAN: the sum, undivided); the other segments hold partial results.
+// every rank's `in`; the other segments hold partial results. MEAN: the owned segment is the sum
+// divided by `meanOver` in its last addition, or the plain sum for meanOver 1 (for a caller that
+// adds more to it, as the hierarchical allreduce does).
 void ringReduceScatter(Transport* transport, int size, const IoList& in, const IoList& out, DataType type,
-                       ReduceOp op, Deadline deadline);
+                       ReduceOp op, Deadline deadline, int meanOver = 1);
 
 // The second phase: every rank's owned segment of `out` reaches every rank.
 void ringAllgatherSegments(Transport* transport, int size, const IoList& out, DataType type, Deadline deadline);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #if defined(__SSE2__)
@@ -78,21 +79,30 @@ uint16_t floatToBfloat16(float f) {
 
 namespace {
 
-struct Sum { template <typename T> static T apply(T a, T b) { return a + b; } };
-struct Prod { template <typename T> static T apply(T a, T b) { return a * b; } };
+struct Sum { template <typename T> T operator()(T a, T b) const { return a + b; } };
+struct Prod { template <typename T> T operator()(T a, T b) const { return a * b; } };
 // NumPy's minimum/maximum: a NaN on either side gives NaN, whatever order the ranks meet in
 // (`a != a` is the NaN test; always false for integers).
-struct Min { template <typename T> static T apply(T a, T b) { return (a != a || a < b) ? a : b; } };
-struct Max { template <typename T> static T apply(T a, T b) { return (a != a || a > b) ? a : b; } };
+struct Min { template <typename T> T operator()(T a, T b) const { return (a != a || a < b) ? a : b; } };
+struct Max { template <typename T> T operator()(T a, T b) const { return (a != a || a > b) ? a : b; } };
+// The last addition of a MEAN and its division. The sum is cast back to T first, so that a
+// float32, float64 or integer mean keeps the bits of the former sum-then-divide (integers wrap
+// and truncate as they did); T is float for the 16-bit floats, which are thus rounded once.
+struct Mean {
+  int divisor;
+  template <typename T> T operator()(T a, T b) const {
+    return static_cast<T>(static_cast<T>(a + b) / static_cast<T>(divisor));
+  }
+};
 
 // Plain loops over restrict-free pointers: -O3 vectorises them; aliasing dst == a is allowed.
 template <typename T, typename Op>
-void loop(T* dst, const T* a, const T* b, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(a[i], b[i]);
+void loop(T* dst, const T* a, const T* b, size_t n, Op op) {
+  for (size_t i = 0; i < n; ++i) dst[i] = op(a[i], b[i]);
 }
 
-template <typename Op, float (*Load)(uint16_t), uint16_t (*Store)(float)>
-void loop16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+template <float (*Load)(uint16_t), uint16_t (*Store)(float), typename Op>
+void loop16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n, Op op) {
   // Widen in blocks so the conversion loops stay simple and the compiler can vectorise the math.
   constexpr size_t kBlock = 256;
   float fa[kBlock], fb[kBlock];
@@ -100,7 +110,7 @@ void loop16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
     size_t m = std::min(kBlock, n - start);
     for (size_t i = 0; i < m; ++i) fa[i] = Load(a[start + i]);
     for (size_t i = 0; i < m; ++i) fb[i] = Load(b[start + i]);
-    for (size_t i = 0; i < m; ++i) fa[i] = Op::apply(fa[i], fb[i]);
+    for (size_t i = 0; i < m; ++i) fa[i] = op(fa[i], fb[i]);
     for (size_t i = 0; i < m; ++i) dst[start + i] = Store(fa[i]);
   }
 }
@@ -138,7 +148,7 @@ bool streamSumFloat32(float*, const float*, const float*, size_t) { return false
 #endif
 
 template <typename Op>
-void dispatch(void* dst, const void* a, const void* b, size_t n, DataType type) {
+void dispatch(void* dst, const void* a, const void* b, size_t n, DataType type, Op op = Op()) {
   switch (type) {
     case DataType::kFloat32:
       if (std::is_same<Op, Sum>::value &&
@@ -146,41 +156,23 @@ void dispatch(void* dst, const void* a, const void* b, size_t n, DataType type) 
                            static_cast<const float*>(b), n)) {
         return;
       }
-      return loop<float, Op>(static_cast<float*>(dst), static_cast<const float*>(a),
-                             static_cast<const float*>(b), n);
+      return loop(static_cast<float*>(dst), static_cast<const float*>(a), static_cast<const float*>(b), n, op);
     case DataType::kFloat64:
-      return loop<double, Op>(static_cast<double*>(dst), static_cast<const double*>(a),
-                              static_cast<const double*>(b), n);
+      return loop(static_cast<double*>(dst), static_cast<const double*>(a), static_cast<const double*>(b), n, op);
     case DataType::kInt32:
-      return loop<int32_t, Op>(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a),
-                               static_cast<const int32_t*>(b), n);
+      return loop(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), n, op);
     case DataType::kInt64:
-      return loop<int64_t, Op>(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a),
-                               static_cast<const int64_t*>(b), n);
+      return loop(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n, op);
     case DataType::kUint8:
-      return loop<uint8_t, Op>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
-                               static_cast<const uint8_t*>(b), n);
+      return loop(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), n, op);
     case DataType::kFloat16:
-      return loop16<Op, halfToFloat, floatToHalf>(static_cast<uint16_t*>(dst),
-                                                  static_cast<const uint16_t*>(a),
-                                                  static_cast<const uint16_t*>(b), n);
+      return loop16<halfToFloat, floatToHalf>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                                              static_cast<const uint16_t*>(b), n, op);
     case DataType::kBFloat16:
-      return loop16<Op, bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(dst),
-                                                          static_cast<const uint16_t*>(a),
-                                                          static_cast<const uint16_t*>(b), n);
+      return loop16<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                                                      static_cast<const uint16_t*>(b), n, op);
   }
   throw Error(Code::kInvalidArgument, "reduce: unsupported data type");
-}
-
-template <typename T>
-void divideLoop(T* p, size_t n, int d) {
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(d));
-}
-
-template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
-void divide16(uint16_t* p, size_t n, int d) {
-  const float inv = 1.0f / static_cast<float>(d);
-  for (size_t i = 0; i < n; ++i) p[i] = Store(Load(p[i]) * inv);
 }
 
 }  // namespace
@@ -201,21 +193,11 @@ void reduceInto(void* dst, const void* a, const void* b, size_t count, DataType 
   throw Error(Code::kInvalidArgument, "reduce: unknown reduce op");
 }
 
-void divideBy(void* data, size_t count, DataType type, int divisor) {
-  if (divisor == 1 || count == 0) return;
-  switch (type) {
-    // A true division (not a multiply by 1/divisor) so a mean matches sum / n bit for bit.
-    case DataType::kFloat32: return divideLoop(static_cast<float*>(data), count, divisor);
-    case DataType::kFloat64: return divideLoop(static_cast<double*>(data), count, divisor);
-    case DataType::kInt32: return divideLoop(static_cast<int32_t*>(data), count, divisor);
-    case DataType::kInt64: return divideLoop(static_cast<int64_t*>(data), count, divisor);
-    case DataType::kUint8: return divideLoop(static_cast<uint8_t*>(data), count, divisor);
-    case DataType::kFloat16:
-      return divide16<halfToFloat, floatToHalf>(static_cast<uint16_t*>(data), count, divisor);
-    case DataType::kBFloat16:
-      return divide16<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(data), count,
-                                                          divisor);
-  }
+void reduceMeanInto(void* dst, const void* a, const void* b, size_t count, DataType type, int divisor) {
+  if (count == 0) return;
+  if (divisor < 1) throw Error(Code::kInvalidArgument, "reduce: a mean over " + std::to_string(divisor) + " ranks");
+  if (divisor == 1) return dispatch<Sum>(dst, a, b, count, type);
+  dispatch<Mean>(dst, a, b, count, type, Mean{divisor});
 }
 
 }  // namespace tfring

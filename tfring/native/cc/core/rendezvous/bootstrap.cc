@@ -37,20 +37,48 @@ std::string wireSettings(const Config& c) {
   return s.str();
 }
 
-void agreeOnSettings(Store& store, const Config& c, Deadline deadline) {
-  store.set("settings/" + std::to_string(c.rank), wireSettings(c));
-  auto all = gatherFromRanks(store, c, "join", [](int r) { return "settings/" + std::to_string(r); }, deadline);
-  for (int r = 1; r < c.size; ++r) {
+// The first setting in which a rank differs from rank 0, worded for every rank alike; "" if none.
+std::string settingsMismatch(const std::vector<std::string>& all) {
+  for (size_t r = 1; r < all.size(); ++r) {
     std::istringstream mine(all[0]), theirs(all[r]);
     std::string a, b;
     while (std::getline(mine, a) && std::getline(theirs, b)) {
       if (a == b) continue;
-      throw Error(Code::kInvalidArgument,
-                  "rendezvous: rank " + std::to_string(r) + " runs with " + b + " but rank 0 with " + a +
-                      ": every rank must use the same value (pass the same TFRING_* variables and tfring "
-                      "arguments to every rank, e.g. mpirun -x TFRING_FUSION_THRESHOLD)");
+      return "rendezvous: rank " + std::to_string(r) + " runs with " + b + " but rank 0 with " + a +
+             ": every rank must use the same value (pass the same TFRING_* variables and tfring arguments to "
+             "every rank, e.g. mpirun -x TFRING_FUSION_THRESHOLD)";
     }
   }
+  return "";
+}
+
+// How long rank 0 holds its error back for the others to read the settings (see below).
+constexpr double kMismatchGraceSeconds = 10;
+
+// Rank 0's process serves the store and exits once its error is out: had it thrown at once, a
+// rank still reading the settings would only learn that the store closed. So every rank marks
+// that it has read them, and rank 0 waits for the marks (bounded: a rank that died meanwhile
+// must not keep the error from the user). Only on a mismatch: agreeing ranks never wait here.
+void holdStoreUntilSettingsRead(Store& store, const Config& c, Deadline deadline) {
+  auto key = [](int r) { return "settings-read/" + std::to_string(r); };
+  try {
+    store.set(key(c.rank), "1");
+    if (c.rank != 0) return;
+    const Deadline grace = Deadline::after(kMismatchGraceSeconds);
+    gatherFromRanks(store, c, "read the settings", key, grace.time() < deadline.time() ? grace : deadline);
+  } catch (const Error&) {
+    // The store or a rank went away: the mismatch, which the caller throws, is still the cause.
+  }
+}
+
+void agreeOnSettings(Store& store, const Config& c, Deadline deadline) {
+  store.set("settings/" + std::to_string(c.rank), wireSettings(c));
+  auto all = gatherFromRanks(store, c, "join", [](int r) { return "settings/" + std::to_string(r); }, deadline);
+  // Every rank has the same settings in hand, so every rank finds (and throws) the same mismatch.
+  const std::string mismatch = settingsMismatch(all);
+  if (mismatch.empty()) return;
+  holdStoreUntilSettingsRead(store, c, deadline);
+  throw Error(Code::kInvalidArgument, mismatch);
 }
 
 // One host (the launcher says every rank is local): listen on loopback only.

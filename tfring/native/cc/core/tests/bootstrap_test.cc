@@ -146,3 +146,80 @@ TEST(rank_zero_may_exit_as_soon_as_its_rendezvous_returns) {
                                          algorithm + (": rank " + std::to_string(r) + ": "));
   }
 }
+
+TEST(every_rank_names_a_setting_that_differs_though_rank_zero_exits_at_once) {
+  // Rank 0's process serves the store and exits the moment its init throws: the others must have
+  // read every rank's settings by then, and report the mismatch as rank 0 does.
+  auto shared = std::make_shared<HashStore>();
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  std::string job = uniqueJob();
+  std::vector<std::string> errors(3);
+  const auto start = Clock::now();
+  tfring_test::spawn(3, [&](int r) {
+    Config c = rankConfig(r, 3, allModes()[0], job);
+    c.rendezvousTimeout = 20;
+    c.fusionThresholdBytes = r == 1 ? 4096 : size_t{64} << 20;
+    PrefixStore ps(job, std::make_shared<StoreOfRankZero>(shared, gone, r));
+    try {
+      connectRing(c, ps);
+    } catch (const Error& e) {
+      errors[r] = e.what();
+      if (r == 0) *gone = true;
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    CHECK_EQ("rank " + std::to_string(r) + ": " + errors[r].substr(0, errors[r].find(": every rank")),
+             "rank " + std::to_string(r) +
+                 ": rendezvous: rank 1 runs with fusion_threshold_bytes=4096 but rank 0 with "
+                 "fusion_threshold_bytes=67108864");
+  }
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 5.0);  // no one waited out a grace
+}
+
+namespace {
+
+// A store through which a rank "dies" (throws what the core does not catch) just before its first
+// request for a key containing `fatal`.
+class StoreThatDiesAt : public Store {
+ public:
+  StoreThatDiesAt(std::shared_ptr<Store> inner, std::string fatal)
+      : inner_(std::move(inner)), fatal_(std::move(fatal)) {}
+  void set(const std::string& key, const std::string& value) override { reach(key)->set(key, value); }
+  std::string get(const std::string& key, Deadline deadline) override { return reach(key)->get(key, deadline); }
+  int64_t add(const std::string& key, int64_t delta) override { return reach(key)->add(key, delta); }
+  bool tryGet(const std::string& key, std::string* value) override { return reach(key)->tryGet(key, value); }
+
+ private:
+  Store* reach(const std::string& key) {
+    if (key.find(fatal_) != std::string::npos) throw std::runtime_error("this rank died at " + key);
+    return inner_.get();
+  }
+  std::shared_ptr<Store> inner_;
+  std::string fatal_;
+};
+
+}  // namespace
+
+TEST(rank_zero_reports_a_setting_that_differs_though_a_rank_died_after_reading_them) {
+  // Rank 0 waits for the others to have read the settings only so long: then it reports anyway.
+  auto shared = std::make_shared<HashStore>();
+  std::string job = uniqueJob();
+  std::vector<std::string> errors(2);
+  const auto start = Clock::now();
+  tfring_test::spawn(2, [&](int r) {
+    Config c = rankConfig(r, 2, allModes()[0], job);
+    c.rendezvousTimeout = 3;
+    c.fusionThresholdBytes = r == 1 ? 0 : 4096;
+    std::shared_ptr<Store> store = shared;
+    if (r == 1) store = std::make_shared<StoreThatDiesAt>(shared, "settings-read");
+    PrefixStore ps(job, store);
+    try {
+      connectRing(c, ps);
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  });
+  CHECK(contains(errors[0], "rank 1 runs with fusion_threshold_bytes=0 but rank 0 with fusion_threshold_bytes=4096"));
+  CHECK(contains(errors[1], "this rank died at"));
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 8.0);
+}

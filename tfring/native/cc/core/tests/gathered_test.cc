@@ -67,6 +67,37 @@ TEST(gathered_allreduce_every_dtype_and_op_across_the_cut) {
   }
 }
 
+TEST(gathered_mean_rounds_once) {
+  // In rank order on one thread (every rank runs this), over pieces, then through the engine.
+  for (int size : {2, 3}) {
+    for (DataType type : kMeanRoundingTypes) {
+      const size_t elem = dataTypeSize(type), count = 7;
+      std::vector<std::vector<uint8_t>> inputs(size, std::vector<uint8_t>(count * elem));
+      std::vector<const uint8_t*> blocks;
+      for (int r = 0; r < size; ++r) {
+        for (size_t i = 0; i < count; ++i) setElem(inputs[r].data(), i, type, meanRoundingInput(type, size, r, i));
+        blocks.push_back(inputs[r].data());
+      }
+      std::vector<uint8_t> out(count * elem);
+      reduceInRankOrder(blocks, splitPieces(out.data(), count, elem), type, ReduceOp::kMean);
+      const std::string bad = meanRoundingMismatch(out.data(), count, type, size);
+      if (!bad.empty()) throw Failure("reduceInRankOrder: " + bad);
+    }
+    withEngines(size, allModes()[0], [&](int rank, Engine& e) {
+      for (DataType type : kMeanRoundingTypes) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{100}}) {
+          std::vector<uint8_t> data(count * dataTypeSize(type));
+          for (size_t i = 0; i < count; ++i) setElem(data.data(), i, type, meanRoundingInput(type, size, rank, i));
+          Status s = allreduceTyped(e, &data, count, type, ReduceOp::kMean);
+          if (!s.ok()) throw Failure(s.message);
+          const std::string bad = meanRoundingMismatch(data.data(), count, type, size);
+          if (!bad.empty()) throw Failure("engine: " + bad);
+        }
+      }
+    });
+  }
+}
+
 TEST(gathered_allreduce_of_noise_is_bit_identical_and_in_rank_order) {
   // Sums of random floats depend on the order of the additions: every rank must use the same one.
   const int size = 4;

@@ -86,6 +86,27 @@ TEST(hierarchical_allreduce_every_dtype_op_and_layout) {
   }
 }
 
+TEST(hierarchical_mean_rounds_once) {
+  // 6 ranks: a divisor that is not a power of two, so a second rounding would show.
+  for (const auto& layout : {std::pair{2, 3}, std::pair{3, 2}}) {
+    const int hosts = layout.first, perHost = layout.second, size = hosts * perHost;
+    withRings(hosts, perHost, "hierarchical", [&](int rank, Rings& rings) {
+      for (DataType type : kMeanRoundingTypes) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000003}}) {
+          const size_t elem = dataTypeSize(type);
+          std::vector<uint8_t> in(count * elem + 1), out(count * elem + 1);
+          for (size_t i = 0; i < count; ++i) setElem(in.data(), i, type, meanRoundingInput(type, size, rank, i));
+          hierarchicalAllreduce(rings.local.get(), perHost, rings.cross.get(), hosts,
+                                splitPieces(in.data(), count, elem), splitPieces(out.data(), count, elem), type,
+                                ReduceOp::kMean, Deadline::after(60));
+          const std::string bad = meanRoundingMismatch(out.data(), count, type, size);
+          if (!bad.empty()) throw Failure(std::to_string(hosts) + "x" + std::to_string(perHost) + " " + bad);
+        }
+      }
+    });
+  }
+}
+
 TEST(hierarchical_rings_name_both_levels) {
   withRings(2, 2, "auto", [&](int, Rings& rings) {
     CHECK(rings.hierarchical());

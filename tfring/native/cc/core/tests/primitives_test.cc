@@ -74,8 +74,10 @@ TEST(reduce_ops_all_types) {
   int64_t ia[3] = {1LL << 40, 5, -7}, ib[3] = {1, 6, 2};
   reduceInto(ia, ia, ib, 3, DataType::kInt64, ReduceOp::kSum);  // aliasing dst == a
   CHECK_EQ(ia[0], (1LL << 40) + 1);
-  divideBy(ia, 3, DataType::kInt64, 2);
-  CHECK_EQ(ia[2], -2);  // truncation toward zero
+  int64_t ma[3] = {1LL << 40, 5, -7}, mb[3] = {1, 6, 2};
+  reduceMeanInto(ma, ma, mb, 3, DataType::kInt64, 2);  // a mean over 2 ranks, aliasing dst == a
+  CHECK_EQ(ma[0], ((1LL << 40) + 1) / 2);
+  CHECK_EQ(ma[2], -2);  // truncation toward zero
   uint16_t ha[300], hb[300], ho[300];
   for (int i = 0; i < 300; ++i) {
     ha[i] = floatToHalf(static_cast<float>(i));
@@ -86,6 +88,38 @@ TEST(reduce_ops_all_types) {
   uint16_t ba = floatToBfloat16(3.0f), bb = floatToBfloat16(2.0f), bo;
   reduceInto(&bo, &ba, &bb, 1, DataType::kBFloat16, ReduceOp::kProduct);
   CHECK_EQ(bfloat16ToFloat(bo), 6.0f);
+}
+
+TEST(reduce_mean_rounds_16_bit_floats_once_and_keeps_the_other_types_bits) {
+  // 3 ranks of float16: 100.5 + 100.5 = 201 exactly, then + 85.875 = 286.875, which float16
+  // cannot hold (287): 286.875 / 3 = 95.625, but 287 / 3 would round to 95.6875.
+  uint16_t partial = floatToHalf(201.0f), own = floatToHalf(85.875f), mean;
+  reduceMeanInto(&mean, &partial, &own, 1, DataType::kFloat16, 3);
+  CHECK_EQ(halfToFloat(mean), 95.625f);
+  uint16_t bp = floatToBfloat16(354.0f), bo = floatToBfloat16(248.0f), bm;  // 602 / 3, bf16 holds 600 or 604
+  reduceMeanInto(&bm, &bp, &bo, 1, DataType::kBFloat16, 3);
+  CHECK_EQ(bfloat16ToFloat(bm), 201.0f);
+  // float32 and float64: exactly the sum, then a true division by the divisor.
+  float fa[64], fb[64], fm[64];
+  double da[64], db[64], dm[64];
+  for (int i = 0; i < 64; ++i) {
+    fa[i] = std::sin(static_cast<float>(i)) * 1e3f;
+    fb[i] = std::cos(static_cast<float>(i * 7)) * 1e-2f;
+    da[i] = std::sin(i * 1.0) * 1e3;
+    db[i] = std::cos(i * 7.0) * 1e-2;
+  }
+  reduceMeanInto(fm, fa, fb, 64, DataType::kFloat32, 7);
+  reduceMeanInto(dm, da, db, 64, DataType::kFloat64, 7);
+  for (int i = 0; i < 64; ++i) {
+    const float fsum = fa[i] + fb[i];
+    const double dsum = da[i] + db[i];
+    CHECK_EQ(fm[i], fsum / 7.0f);
+    CHECK_EQ(dm[i], dsum / 7.0);
+  }
+  reduceMeanInto(fm, fa, fb, 64, DataType::kFloat32, 1);  // one rank: the sum
+  CHECK_EQ(fm[5], fa[5] + fb[5]);
+  reduceMeanInto(nullptr, nullptr, nullptr, 0, DataType::kFloat16, 3);  // nothing to touch
+  CHECK_THROWS(reduceMeanInto(fm, fa, fb, 1, DataType::kFloat32, 0), "a mean over 0 ranks");
 }
 
 TEST(min_max_propagate_nan_on_either_side) {

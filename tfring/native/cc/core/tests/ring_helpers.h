@@ -4,12 +4,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <future>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "algorithms/reduce.h"
 #include "engine/engine.h"
@@ -174,6 +177,68 @@ inline std::string mismatch(const std::vector<uint8_t>& got, int size, size_t co
     }
   }
   return "";
+}
+
+// MEAN of 16-bit floats is rounded once: the last addition and the division happen in float32
+// (reduce.h, reduceMeanInto). These per-rank inputs make a second rounding visible: every partial
+// sum is exact in the type, the full sum is not, and rounding it before dividing moves the mean
+// by one unit (float16 on 3 ranks: 286.875 / 3 = 95.625, but 287 / 3 gives 95.6875). With 2
+// ranks the division is exact either way; they only check that nothing else changed. float32
+// takes the bfloat16 inputs (integers), and its mean must stay the float32 sum / size.
+inline std::vector<double> meanRoundingInputs(tfring::DataType type, int size) {
+  const bool half = type == tfring::DataType::kFloat16;
+  switch (size) {
+    case 2: return half ? std::vector<double>{100.5, 185.375} : std::vector<double>{141, 214};
+    case 3: return half ? std::vector<double>{100.5, 100.5, 85.875} : std::vector<double>{140, 214, 248};
+    case 6:
+      return half ? std::vector<double>{31.75, 38.75, 99.5, 81.25, 2.5, 2.625}
+                  : std::vector<double>{144, 36, 56, 24, 18, 244};
+  }
+  throw Failure("no mean-rounding inputs for " + std::to_string(size) + " ranks");
+}
+
+// Element i of rank r's input: its value, negated on every third element (rounding to nearest
+// even is symmetric, so the expected mean is negated too).
+inline double meanRoundingInput(tfring::DataType type, int size, int rank, size_t i) {
+  const double v = meanRoundingInputs(type, size)[rank];
+  return i % 3 == 1 ? -v : v;
+}
+
+// The mean of element i rounded once: float32 sum (exact here), true division, one rounding.
+inline double meanRoundedOnce(tfring::DataType type, int size, size_t i) {
+  double sum = 0;
+  for (double v : meanRoundingInputs(type, size)) sum += v;
+  const float mean = static_cast<float>(sum) / static_cast<float>(size);
+  std::vector<uint8_t> one(8);
+  setElem(one.data(), 0, type, i % 3 == 1 ? -mean : mean);
+  return getElem(one.data(), 0, type);
+}
+
+// The first element of `got` (count elements of `type`) that is not meanRoundedOnce, or "".
+inline std::string meanRoundingMismatch(const uint8_t* got, size_t count, tfring::DataType type, int size) {
+  for (size_t i = 0; i < count; ++i) {
+    const double g = getElem(got, i, type), want = meanRoundedOnce(type, size, i);
+    if (g != want) {
+      return std::string(tfring::dataTypeName(type)) + " mean of " + std::to_string(size) + " ranks, index " +
+             std::to_string(i) + " of " + std::to_string(count) + ": got " + std::to_string(g) + " want " +
+             std::to_string(want) + " (the sum rounded before the division?)";
+    }
+  }
+  return "";
+}
+
+// The 16-bit floats, and float32 whose mean must stay the float32 sum divided by the size.
+inline const tfring::DataType kMeanRoundingTypes[] = {tfring::DataType::kFloat16, tfring::DataType::kBFloat16,
+                                                      tfring::DataType::kFloat32};
+
+// `count` elements of `elem` bytes at p as four pieces (one element, an empty piece, then the
+// rest in two): the pieces an allreduce walks when tensors are reduced in place of the caller.
+inline tfring::IoList splitPieces(uint8_t* p, size_t count, size_t elem) {
+  const size_t first = std::min<size_t>(count, 1), second = (count - first) / 2;
+  return {{p, first * elem},
+          {p + first * elem, 0},
+          {p + first * elem, second * elem},
+          {p + (first + second) * elem, (count - first - second) * elem}};
 }
 
 }  // namespace tfring_test

@@ -23,7 +23,34 @@ void checkAllreduce(int rank, Transport* t, int size, DataType type, ReduceOp op
   if (!bad.empty()) throw Failure(bad);
 }
 
+// MEAN over `size` ranks of meanRoundingInputs, split into pieces: exactly meanRoundedOnce.
+void checkMeanRoundsOnce(int rank, Transport* t, int size, DataType type, size_t count, bool inPlace) {
+  const size_t elem = dataTypeSize(type);
+  std::vector<uint8_t> in(count * elem + 1), out(count * elem + 1);
+  for (size_t i = 0; i < count; ++i) setElem(in.data(), i, type, meanRoundingInput(type, size, rank, i));
+  uint8_t* dst = inPlace ? in.data() : out.data();
+  ringAllreduce(t, size, splitPieces(in.data(), count, elem), splitPieces(dst, count, elem), type,
+                ReduceOp::kMean, Deadline::after(30));
+  const std::string bad = meanRoundingMismatch(dst, count, type, size);
+  if (!bad.empty()) throw Failure(bad);
+}
+
 }  // namespace
+
+TEST(ring_mean_rounds_once) {
+  // 1000003 elements cross the 1 MiB pieces in which a segment arrives to be reduced.
+  for (const Mode& m : allModes()) {
+    for (int size : {2, 3}) {
+      withRing(size, m, [&](int rank, Transport* t, const Config&) {
+        for (DataType type : kMeanRoundingTypes) {
+          for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000003}}) {
+            checkMeanRoundsOnce(rank, t, size, type, count, count % 2 == 1);
+          }
+        }
+      });
+    }
+  }
+}
 
 TEST(allreduce_every_dtype_op_size_transport) {
   for (const Mode& m : allModes()) {

@@ -112,16 +112,38 @@ void checkNanMinMax() {
   }
 }
 
-void checkDivide(DataType type, size_t count, size_t offset) {
+// The last step of a MEAN over 3 ranks against the CPU's (core/reduce.h), out of place and in place.
+void checkMean(DataType type, size_t count, size_t offset) {
   const size_t elem = dataTypeSize(type), bytes = count * elem, shift = offset * elem;
-  auto a = randomData(type, count, 3);
-  std::vector<char> want = a, got(bytes);
-  divideBy(want.data(), count, type, 3);
-  DeviceBuffer d(bytes + shift);
-  CUDA_OK(cudaMemcpy(d.bytes() + shift, a.data(), bytes, cudaMemcpyHostToDevice));
-  CUDA_OK(cuda::divideBy(d.bytes() + shift, count, type, 3, 0));
-  CUDA_OK(cudaMemcpy(got.data(), d.bytes() + shift, bytes, cudaMemcpyDeviceToHost));
-  report(want == got, label("divide by 3", type, count, offset));
+  auto a = randomData(type, count, 3), b = randomData(type, count, 5);
+  std::vector<char> want(bytes), got(bytes);
+  reduceMeanInto(want.data(), a.data(), b.data(), count, type, 3);
+  DeviceBuffer da(bytes + shift), db(bytes + shift), dd(bytes + shift);
+  CUDA_OK(cudaMemcpy(da.bytes() + shift, a.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db.bytes() + shift, b.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cuda::reduceMeanInto(dd.bytes() + shift, da.bytes() + shift, db.bytes() + shift, count, type, 3, 0));
+  CUDA_OK(cudaMemcpy(got.data(), dd.bytes() + shift, bytes, cudaMemcpyDeviceToHost));
+  report(want == got, label("mean of 3", type, count, offset));
+  CUDA_OK(cuda::reduceMeanInto(da.bytes() + shift, da.bytes() + shift, db.bytes() + shift, count, type, 3, 0));
+  CUDA_OK(cudaMemcpy(got.data(), da.bytes() + shift, bytes, cudaMemcpyDeviceToHost));
+  report(want == got, label("mean of 3 in place", type, count, offset));
+}
+
+// A 16-bit mean is rounded once: float16 201 + 85.875 over 3 ranks is 95.625 (rounding the sum
+// to 287 first would give 95.6875), bfloat16 354 + 248 is 201 (not 600 / 3 = 200).
+void checkMeanRoundsOnce() {
+  const uint16_t half[2] = {floatToHalf(201.0f), floatToHalf(85.875f)};
+  const uint16_t bf16[2] = {floatToBfloat16(354.0f), floatToBfloat16(248.0f)};
+  DeviceBuffer d(8);
+  uint16_t got[2];
+  CUDA_OK(cudaMemcpy(d.bytes(), half, 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d.bytes() + 4, bf16, 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cuda::reduceMeanInto(d.bytes(), d.bytes(), d.bytes() + 2, 1, DataType::kFloat16, 3, 0));
+  CUDA_OK(cuda::reduceMeanInto(d.bytes() + 4, d.bytes() + 4, d.bytes() + 6, 1, DataType::kBFloat16, 3, 0));
+  CUDA_OK(cudaMemcpy(&got[0], d.bytes(), 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&got[1], d.bytes() + 4, 2, cudaMemcpyDeviceToHost));
+  report(halfToFloat(got[0]) == 95.625f, "float16 mean of 3 rounded once");
+  report(bfloat16ToFloat(got[1]) == 201.0f, "bfloat16 mean of 3 rounded once");
 }
 
 void checkCast(DataType narrow, size_t count, size_t offset) {
@@ -306,7 +328,7 @@ int main(int argc, char** argv) {
     for (size_t offset : {size_t(0), size_t(1)}) {
       for (DataType type : types) {
         for (ReduceOp op : ops) checkReduce(type, op, count, offset);
-        checkDivide(type, count, offset);
+        checkMean(type, count, offset);
       }
       checkCast(DataType::kFloat16, count, offset);
       checkCast(DataType::kBFloat16, count, offset);
@@ -315,6 +337,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   checkNanMinMax();
+  checkMeanRoundsOnce();
   checkPack(1, 11);
   checkPack(1000, 12);
   std::vector<size_t> larsSizes = {1, 4099, 70000};
