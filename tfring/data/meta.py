@@ -87,10 +87,37 @@ class DatasetMeta:
     def from_json(cls, payload, where="meta file"):
         if payload.get("format") != "tfring-tfrecord-v1":
             raise ValueError(f"{where} is not a tfring dataset description (format {payload.get('format')!r})")
+        for index, shard in enumerate(payload["shards"]):
+            check_shard_name(shard.get("file") if isinstance(shard, dict) else shard, index, where)
         return cls(features=[FeatureSpec(**f) for f in payload["features"]], label=payload.get("label"),
                    shards=payload["shards"], compression=payload.get("compression", "none"),
                    source=payload.get("source", {}), classes=payload.get("classes"),
                    skipped=payload.get("skipped", []))
+
+
+def check_shard_name(name, index, where):
+    """Refuses a shard name that is not a plain file name.
+
+    Readers join shard names to the meta file's folder, and `stage` to a local folder: a name with a
+    separator, `..`, an absolute path or a NUL in a shared (possibly hostile) dataset would read
+    or write outside them (a staged copy overwrote `~/.bashrc`). `tfring convert` writes plain names.
+
+    Args:
+        name: the shard's "file" entry.
+        index: the shard's position, for the message.
+        where: the meta file, for the message.
+
+    Raises:
+        ValueError: the name is not a non-empty string without "/", "\\" or NUL, or is "." or "..".
+
+    Example:
+
+    >>> check_shard_name("train-00000-of-00002.tfrecord", 0, "train.meta.json")
+    """
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError(f"{where}: shard {index} is named {name!r}, which is not a plain file name (no folder, "
+                         f"'..', absolute path or NUL may appear): the dataset description is damaged or was "
+                         f"written to read or write outside its folder; nothing was read or copied")
 
 
 def shard_file_name(prefix, index, count, compression):

@@ -127,3 +127,27 @@ def test_waiting_times_out_and_bad_arguments(tmp_path, dataset, monkeypatch):
         staging.stage(dataset, str(tmp_path / "local"), timeout=0)
     with pytest.raises(FileNotFoundError, match="no dataset description"):
         staging.stage(str(tmp_path / "nothing"), str(tmp_path / "local"))
+
+
+@pytest.mark.parametrize("name", ["../../victim/.bashrc", "/tmp/victim-file", "..", ".", "", "sub/train.tfrecord",
+                                  "a\\b", "train\0.tfrecord", 7])
+def test_a_shard_name_that_is_not_a_plain_file_name_is_refused_before_anything_is_copied(tmp_path, dataset,
+                                                                                          monkeypatch, name):
+    # A hostile shared dataset: its meta file names a shard outside its folder (issue 33, item 1).
+    meta_path = dataset + ".meta.json"
+    meta = json.load(open(meta_path))
+    meta["shards"][1]["file"] = name
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    _as_local_rank(monkeypatch, 0)
+    monkeypatch.setattr(staging, "_copy_shard", lambda *a: pytest.fail("copied a shard"))
+    with pytest.raises(ValueError, match=r"shard 1 is named .* which is not a plain file name"):
+        staging.stage(dataset, str(tmp_path / "local" / "deep"))
+    assert not os.path.exists(tmp_path / "local" / "deep" / "train.meta.json")
+    assert os.listdir(victim) == []
+    from tfring.data.pipeline import tfrecord_dataset
+
+    with pytest.raises(ValueError, match="not a plain file name"):
+        tfrecord_dataset(dataset, batch_size=10)
