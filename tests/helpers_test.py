@@ -35,6 +35,21 @@ for case in ("unserialisable", "too_big"):
             tfring.broadcast_object("x" * 100, max_bytes=50)
     except ValueError as e:
         print("ERROR", case, e)
+deep = []
+for _ in range(100000):
+    deep = [deep]
+hostile = {
+    "root_disagrees": lambda: tfring.broadcast_object(tfring.rank(), root_rank=tfring.rank() % 2),
+    "too_deep": lambda: tfring.allgather_object(deep if tfring.rank() == 1 else 1),
+    "int_key": lambda: tfring.allgather_object({1: "a"} if tfring.rank() == 0 else {}),
+    "max_bytes_disagree": lambda: tfring.allgather_object(1, max_bytes=100 + tfring.rank()),
+}
+for case, call in hostile.items():
+    try:
+        print("HOSTILE", case, "returned", json.dumps(call()))
+    except ValueError as e:
+        print("HOSTILE", case, "error", e)
+print("ERROR-KEY", json.dumps(tfring.allgather_object({"__tfring_object_error__": "mine"})))
 print("AFTER", tfring.allgather_object(tfring.rank()))  # the ranks are still in step
 '''
 
@@ -56,4 +71,15 @@ def test_helpers_on_three_ranks():
         errors = [l for l in lines if l.startswith("ERROR")]
         assert "not JSON-serialisable" in errors[0] and "(on rank 2)" in errors[0], errors
         assert "over the limit of 50 (max_bytes)" in errors[1], errors
+        hostile = {l.split(" ", 2)[1]: l.split(" ", 2)[2] for l in lines if l.startswith("HOSTILE")}
+        assert hostile["root_disagrees"].startswith("error") and "rank 0 passed root_rank=0 but rank 1 passed " \
+            "root_rank=1" in hostile["root_disagrees"], hostile
+        assert hostile["too_deep"].startswith("error") and "RecursionError" in hostile["too_deep"] and \
+            "(on rank 1)" in hostile["too_deep"], hostile
+        assert hostile["int_key"].startswith("error") and "a dict key is 1 (int)" in hostile["int_key"] and \
+            "(on rank 0)" in hostile["int_key"], hostile
+        assert hostile["max_bytes_disagree"].startswith("error") and "max_bytes=100 but rank 1 passed max_bytes=101" \
+            in hostile["max_bytes_disagree"], hostile
+        assert json.loads(next(l for l in lines if l.startswith("ERROR-KEY"))[10:]) == \
+            [{"__tfring_object_error__": "mine"}] * 3  # a user's dict, not an error
         assert "AFTER [0, 1, 2]" in lines

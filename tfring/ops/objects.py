@@ -1,9 +1,18 @@
 """Small Python values across ranks: `broadcast_object` and `allgather_object`.
 
-Eager only (they return Python values), like Horovod's. Values travel as JSON (never pickle: nothing received is executed), so they are what JSON holds:
-dicts with string keys, lists, strings, numbers, booleans and None (tuples come back as lists).
-A value that cannot be encoded, or is larger than `max_bytes`, fails on every rank with the same
-error: the rank that holds it still takes part in the collective, sending the error instead.
+Eager only (they return Python values), like Horovod's. Values travel as JSON (never pickle:
+nothing received is executed), so they are what JSON holds: dicts with string keys, lists,
+strings, numbers, booleans and None (tuples come back as lists). A dict with a key of another type
+is refused, not silently turned into strings.
+
+Every call is two allgathers whatever happens, so the ranks stay in step:
+- first, each rank's header: the size of what it sends, and the call's `root_rank` and `max_bytes`.
+  Ranks that disagree on either fail together, naming both values (otherwise each rank would
+  return a different value, silently);
+- then the bytes, each rank's framed: a value, or the error its rank met encoding it. Any
+  exception while encoding (a value too deep, a key that is not a string, a value over
+  `max_bytes`) is sent as such an error, and every rank then fails with the same message. The
+  frame is outside the value, so no dict a user sends can pass for an error.
 """
 
 import json
@@ -15,38 +24,65 @@ from tfring import checks
 from tfring.ops import collectives
 
 DEFAULT_MAX_BYTES = 16 << 20
-_ERROR_KEY = "__tfring_object_error__"
+_VALUE, _ERROR = b"V", b"E"
+
+
+def _string_keys_only(obj):
+    """Raises TypeError naming a dict key that is not a string (JSON would turn it into one)."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"a dict key is {key!r} ({type(key).__name__}); only string keys travel "
+                                    f"unchanged as JSON")
+                stack.append(value)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 def _encode(obj, what, max_bytes):
+    """`obj` framed as a value, or the error met encoding it framed as an error."""
     try:
+        _string_keys_only(obj)
         data = json.dumps(obj, allow_nan=True, separators=(",", ":")).encode()
-    except (TypeError, ValueError) as e:
-        return json.dumps({_ERROR_KEY: f"{what}: the value is not JSON-serialisable ({e})"}).encode()
+    except Exception as e:  # every failure still takes part in the collective: RecursionError too
+        return _ERROR + f"{what}: the value is not JSON-serialisable ({type(e).__name__}: {e})".encode()
     if len(data) > max_bytes:
-        return json.dumps({_ERROR_KEY: f"{what}: the value takes {len(data)} bytes as JSON, over the "
-                                       f"limit of {max_bytes} (max_bytes)"}).encode()
-    return data
+        return _ERROR + (f"{what}: the value takes {len(data)} bytes as JSON, over the limit of {max_bytes} "
+                         f"(max_bytes)").encode()
+    return _VALUE + data
 
 
 def _decode(data, rank):
-    value = json.loads(bytes(data).decode())
-    if isinstance(value, dict) and _ERROR_KEY in value:
-        raise ValueError(f"{value[_ERROR_KEY]} (on rank {rank})")
-    return value
+    data = bytes(data)
+    if data[:1] == _ERROR:
+        raise ValueError(f"{data[1:].decode(errors='replace')} (on rank {rank})")
+    return json.loads(data[1:].decode())
 
 
-def _gather_bytes(data):
-    """Every rank's bytes, as a list in rank order (one allgather of sizes, one of bytes)."""
+def _agree(what, headers, field, name):
+    """Raises on every rank when the ranks passed different `name`s (column `field` of `headers`)."""
+    values = headers[:, field]
+    if (values != values[0]).any():
+        other = int(np.flatnonzero(values != values[0])[0])
+        raise ValueError(f"{what}: rank 0 passed {name}={int(values[0])} but rank {other} passed "
+                         f"{name}={int(values[other])}: every rank must pass the same {name}")
+
+
+def _gather_frames(what, frame, root_rank, max_bytes):
+    """Every rank's frame, as a list in rank order, after checking the ranks agree on the call."""
     if not tf.executing_eagerly():
         raise RuntimeError("tfring's object collectives (broadcast_object, allgather_object) run eagerly only: "
                            "they return Python values. Call them outside tf.function and TF1 graph mode "
                            "(in a graph, broadcast tensors with tfring.ops.broadcast)")
-    mine = tf.constant(np.frombuffer(data, dtype=np.uint8))
-    sizes = collectives.allgather(tf.constant([len(data)], tf.int64)).numpy()
-    gathered = collectives.allgather(mine).numpy().tobytes()
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    return [gathered[offsets[r]:offsets[r + 1]] for r in range(len(sizes))]
+    headers = collectives.allgather(tf.constant([[len(frame), root_rank, max_bytes]], tf.int64)).numpy()
+    _agree(what, headers, 1, "root_rank")
+    _agree(what, headers, 2, "max_bytes")
+    gathered = collectives.allgather(tf.constant(np.frombuffer(frame, dtype=np.uint8))).numpy().tobytes()
+    offsets = np.concatenate([[0], np.cumsum(headers[:, 0])])
+    return [gathered[offsets[r]:offsets[r + 1]] for r in range(len(headers))]
 
 
 def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES):
@@ -63,7 +99,8 @@ def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES):
         The root's value, decoded from JSON.
 
     Raises:
-        ValueError: on every rank, when the root's value is not JSON-serialisable or too large.
+        ValueError: on every rank, when the root's value is not JSON-serialisable or too large, or
+            when the ranks passed different `root_rank`s or `max_bytes`.
 
     Example:
 
@@ -73,8 +110,9 @@ def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES):
 
     root_rank = checks.number("broadcast_object", "root_rank", root_rank, integer=True, at_least=0,
                               below=runtime.size())
-    data = _encode(obj, "broadcast_object", max_bytes) if runtime.rank() == root_rank else b""
-    return _decode(_gather_bytes(data)[root_rank], root_rank)
+    max_bytes = checks.number("broadcast_object", "max_bytes", max_bytes, integer=True, at_least=0)
+    frame = _encode(obj, "broadcast_object", max_bytes) if runtime.rank() == root_rank else _VALUE
+    return _decode(_gather_frames("broadcast_object", frame, root_rank, max_bytes)[root_rank], root_rank)
 
 
 def allgather_object(obj, max_bytes=DEFAULT_MAX_BYTES):
@@ -88,11 +126,13 @@ def allgather_object(obj, max_bytes=DEFAULT_MAX_BYTES):
         A list of `size()` values.
 
     Raises:
-        ValueError: on every rank, when some rank's value is not JSON-serialisable or too large.
+        ValueError: on every rank, when some rank's value is not JSON-serialisable or too large (the
+            message names the rank), or when the ranks passed different `max_bytes`.
 
     Example:
 
     >>> counts = tfring.allgather_object(len(my_files))
     """
-    parts = _gather_bytes(_encode(obj, "allgather_object", max_bytes))
-    return [_decode(part, rank) for rank, part in enumerate(parts)]
+    max_bytes = checks.number("allgather_object", "max_bytes", max_bytes, integer=True, at_least=0)
+    frames = _gather_frames("allgather_object", _encode(obj, "allgather_object", max_bytes), -1, max_bytes)
+    return [_decode(frame, r) for r, frame in enumerate(frames)]  # the first rank's error raises
