@@ -18,14 +18,13 @@ different random states or read from different files, the mistakes it is for.
 """
 
 import functools
-import hashlib
 import inspect
 
 import numpy as np
 import tensorflow as tf
 
-from tfring.ops import collectives
 from tfring.strategy import keras_patches
+from tfring.strategy import rank_agreement
 from tfring.strategy.ring_model import ring_strategy_of
 
 SAMPLED_ELEMENTS = 1 << 16
@@ -72,37 +71,12 @@ def array_digest(array):
     >>> array_digest(np.zeros((3, 2))) == array_digest(np.zeros((3, 2)))
     True
     """
-    h = hashlib.blake2b(digest_size=8)
-    h.update(f"{array.shape}|{array.dtype.str}|".encode())
+    parts = [f"{array.shape}|{array.dtype.str}|".encode()]
     if array.size:
         count = min(array.size, SAMPLED_ELEMENTS)
         sample = array.flat[np.linspace(0, array.size - 1, count).astype(np.int64)]
-        h.update(repr(sample.tolist()).encode() if sample.dtype.hasobject else np.ascontiguousarray(sample).tobytes())
-    return int.from_bytes(h.digest(), "little") >> 1
-
-
-def _gather(values):
-    """Every rank's int64 `values` (one row per rank, all of one length)."""
-    return collectives.allgather(tf.constant([values], tf.int64)).numpy()
-
-
-def _describe(call, labels, everyone):
-    """The error for ranks whose digests differ from rank 0's; `everyone[r]` is rank r's count of
-    arrays followed by their digests, `labels` this rank's names for them."""
-    differing = [r for r in range(1, len(everyone)) if not np.array_equal(everyone[r], everyone[0])]
-    first = everyone[differing[0]]
-    if first[0] != everyone[0][0]:
-        what = "the number of NumPy arrays passed"
-    else:
-        names = [label for k, label in enumerate(labels) if first[k + 1] != everyone[0][k + 1]]
-        what = "the NumPy input " + ", ".join(f"`{n}`" for n in names)
-    ranks = ", ".join(str(r) for r in differing)
-    return (f"tfring: {what} of {call}() differs between ranks (rank {ranks} against rank 0; compared by shape, "
-            f"dtype and a sample of {SAMPLED_ELEMENTS} elements per array). Under RingStrategy every rank must pass "
-            f"the same arrays: each keeps its share of every global batch. The usual cause is data made with "
-            f"unseeded randomness (np.random, random) before tfring.RingStrategy() was created: create the "
-            f"strategy first (it gives every rank rank 0's random state) or seed the generator; or data read "
-            f"from a file that differs per rank.")
+        parts.append(repr(sample.tolist()).encode() if sample.dtype.hasobject else np.ascontiguousarray(sample).tobytes())
+    return rank_agreement.digest(b"".join(parts))
 
 
 def check_same_on_every_rank(call, inputs):
@@ -119,19 +93,20 @@ def check_same_on_every_rank(call, inputs):
 
     >>> check_same_on_every_rank("fit", {"x": x, "y": y})
     """
-    labels, digests = [], []
-    for name, value in inputs.items():
-        for label, array in _leaves(value, name):
-            labels.append(label)
-            digests.append(array_digest(array))
-    whole = array_digest(np.array(digests, np.int64))
-    summary = _gather([whole, len(digests)])
-    if (summary == summary[0]).all():
+    leaves = [leaf for name, value in inputs.items() for leaf in _leaves(value, name)]
+    found = rank_agreement.differences([label for label, _ in leaves], [array_digest(a) for _, a in leaves])
+    if found is None:
         return
-    longest = int(summary[:, 1].max())  # every rank knows it: the second allgather has one length
-    everyone = _gather([len(digests)] + digests + [0] * (longest - len(digests)))
-    everyone = [row[:row[0] + 1] for row in everyone]
-    raise ValueError(_describe(call, labels, everyone))
+    ranks, names = found
+    what = ("the number of NumPy arrays passed" if names is None else
+            "the NumPy input " + ", ".join(f"`{n}`" for n in names))
+    raise ValueError(
+        f"tfring: {what} of {call}() differs between ranks (rank {', '.join(map(str, ranks))} against rank 0; "
+        f"compared by shape, dtype and a sample of {SAMPLED_ELEMENTS} elements per array). Under RingStrategy "
+        f"every rank must pass the same arrays: each keeps its share of every global batch. The usual cause is "
+        f"data made with unseeded randomness (np.random, random) before tfring.RingStrategy() was created: "
+        f"create the strategy first (it gives every rank rank 0's random state) or seed the generator; or data "
+        f"read from a file that differs per rank.")
 
 
 def _checked(original):

@@ -42,6 +42,7 @@ from tfring.strategy import input_digest
 from tfring.strategy import input_sharding
 from tfring.strategy import inter_op_threads
 from tfring.strategy import loss_reductions
+from tfring.strategy import model_fingerprint
 from tfring.strategy import on_batch
 from tfring.strategy import rank_noise
 from tfring.strategy import rank_statistics
@@ -411,6 +412,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         early_reduction.install()
         reporting.install()
         input_digest.install()
+        model_fingerprint.install()
         rank_noise.install()
         on_batch.install()
         shared_seed.agree_on_random_state(self.rank, self.size)
