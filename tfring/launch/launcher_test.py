@@ -1,6 +1,7 @@
 """`tfring run`: environment, output routing, exit codes, signal forwarding, kill on failure, which rank
 is blamed, Ctrl-C, and mistyped options."""
 
+import json
 import os
 import queue
 import shlex
@@ -361,3 +362,19 @@ def test_an_option_with_no_close_match_is_named_without_a_guess():
 def test_options_after_the_command_belong_to_the_command():
     proc = _run(["-np", "1", sys.executable, "-c", "import sys; print(sys.argv[1:])", "--all-ouput"])
     assert proc.returncode == 0 and proc.stdout.strip() == "[0] ['--all-ouput']", proc.stderr
+
+
+@pytest.mark.multiprocess
+def test_long_lines_of_ranks_printing_at_once_stay_whole():
+    # Two ranks print lines of ~300 KB at once into the launcher's stdout, a pipe: every line
+    # must come out whole, behind its own rank's prefix (they interleaved mid-line before).
+    code = ("import json, os\nr = os.environ['TFRING_RANK']\n"
+            "for i in range(30): print(json.dumps({'r': r, 'i': i, 'd': [r] * 100000}))")
+    proc = _run(["-np", "2", "--all-output", sys.executable, "-c", code], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 60
+    for line in lines:
+        prefix, text = line.split(" ", 1)
+        value = json.loads(text)  # a torn line fails here
+        assert prefix == f"[{value['r']}]" and value["d"] == [value["r"]] * 100000

@@ -79,6 +79,9 @@ class JobOutput:
         self._hiding_stderr = False
         self.hidden_lines = 0  # stderr lines not shown since `hide_stderr`
         self._lock = threading.Lock()
+        # One line at a time into the launcher's stdout and stderr: a pipe takes a long line in
+        # pieces, and another rank's thread wrote in between them (lines of ~100 KB came out torn).
+        self._sink_lock = threading.Lock()
         if output_dir:
             os.makedirs(output_dir, exist_ok=True)
 
@@ -111,8 +114,9 @@ class JobOutput:
             if tail is not None:
                 tail.append(line)
             if show and not (tail is not None and self._hidden()) and keep(line):
-                sink.buffer.write(prefix + line)
-                sink.buffer.flush()
+                with self._sink_lock:
+                    sink.buffer.write(prefix + line)
+                    sink.buffer.flush()
 
         return take
 
