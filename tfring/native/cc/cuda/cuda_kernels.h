@@ -6,7 +6,8 @@
 // Semantics match the CPU core bit for bit where the CPU defines them (core/reduce.h): 16-bit
 // floats are widened to float32, reduced, and rounded back to nearest-even once per step; MEAN
 // divides in its last addition (reduceMeanInto: a 16-bit mean rounded once; true division for
-// floats, truncating for integers). The LARS update matches core/lars.h.
+// floats, truncating for integers). The LARS update matches core/lars.h to a few ulps of its
+// operands: the GPU fuses multiply-adds (one rounding) where the CPU rounds twice.
 #pragma once
 
 #include <cuda_runtime.h>

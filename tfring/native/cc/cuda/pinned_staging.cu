@@ -110,7 +110,14 @@ void PinnedStaging::run(const std::vector<DeviceTensor>& tensors, size_t element
   if (!ready_) setUp();
   check(cudaSetDevice(device_), "cudaSetDevice");
   size_t total = 0;
-  for (const auto& t : tensors) total += t.bytes;
+  for (const auto& t : tensors) {
+    if (t.bytes % elementBytes != 0) {
+      throw Error(Code::kInvalidArgument, "tfring GPU staging: a tensor of " + std::to_string(t.bytes) +
+                                              " bytes is not a whole number of " + std::to_string(elementBytes) +
+                                              "-byte elements");
+    }
+    total += t.bytes;
+  }
   if (total == 0) return;
   const size_t piece = pieceBytes_ / elementBytes * elementBytes;
   const size_t pieces = (total + piece - 1) / piece;
