@@ -6,11 +6,19 @@ Markers (pytest.ini lists them):
   `tfring` command or a launcher fails, saying to add the marker, so the fast loop stays fast.
 - `tensorflow_io`: the test needs tensorflow-io, which loads on TensorFlow 2.17 only; elsewhere
   it is skipped, saying why.
+
+Fixtures:
+- `other_user`: a second local user for the hostile-neighbour tests (created with `useradd`,
+  removed with `userdel` afterwards whatever happens; needs root, skipped otherwise).
 """
 
 import os
+import pwd
+import secrets
+import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -59,3 +67,30 @@ def pytest_runtest_setup(item):
     loads, why = _io[0]
     if not loads:
         pytest.skip(why)
+
+
+@pytest.fixture
+def other_user():
+    """A second local user: `.name`, `.uid`, `.gid`, and `.run(argv)` running a command as that user.
+
+    Files and folders "made by someone else" are made as root and handed over with `os.chown`
+    (or `os.lchown` for a planted link), or made by `.run` itself.
+    """
+    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
+        pytest.skip("needs root, useradd and runuser to make a second local user")
+    name = "tfr" + secrets.token_hex(4)
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
+                   capture_output=True, timeout=30)
+    try:
+        entry = pwd.getpwnam(name)
+
+        def run(argv, **kwargs):
+            kwargs.setdefault("capture_output", True)
+            kwargs.setdefault("text", True)
+            kwargs.setdefault("timeout", 60)
+            return subprocess.run(["runuser", "-u", name, "--"] + list(argv), **kwargs)
+
+        yield SimpleNamespace(name=name, uid=entry.pw_uid, gid=entry.pw_gid, run=run)
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, timeout=30)
+        subprocess.run(["userdel", "--force", name], capture_output=True, timeout=30)
