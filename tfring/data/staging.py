@@ -1,29 +1,26 @@
 """Node-local staging: `tfring.data.stage(prefix, local_dir)` copies a converted dataset to each host's
 own disk once, so that every epoch reads local files instead of the shared file system or a bucket.
 
-On each host, local rank 0 copies; the host's other ranks wait for its completion marker (or its
-error file). Every shard is hashed while it is copied and compared with the SHA-256 the meta file
-recorded at conversion; a shard lands under its name only when it matches. A complete earlier copy
-(its marker names the same meta file contents, every shard has its recorded size) is reused
-without copying; after an interrupted copy, shards already there are hashed and kept when they
-match. Before copying, the free space of `local_dir` is compared with what is still to copy.
+On each host, local rank 0 makes the copy (`local_copy`: a folder of its own per dataset identity,
+shards verified against the meta file's SHA-256, reused when whole). Meanwhile every rank of the
+job takes part in a small allgather once a second, in which each copier says how it is doing: all
+ranks leave together, with the copy made on every host, or with the same error naming the rank and
+host that failed (a full disk, a damaged shard), or when the deadline passes. No rank waits out the
+timeout for a host that has already failed, and nothing is reported through files on that disk.
 """
 
-import hashlib
 import json
 import os
-import shutil
+import socket
+import threading
 import time
 
 from tfring import checks
 from tfring import runtime
+from tfring.data import local_copy
 from tfring.data import meta as meta_lib
-from tfring.data.shard_writer import sha256_of
 
-MARKER_SUFFIX = ".staged.json"
-ERROR_SUFFIX = ".stage-error"
-_BLOCK = 1 << 22
-_CLOCK_SKEW = 30.0  # seconds an error file may predate a waiting rank's start and still be this run's
+_ROUND = 1.0  # seconds between the job's status rounds while a copy runs
 
 
 def _meta_text(prefix):
@@ -33,134 +30,106 @@ def _meta_text(prefix):
         return f.read()
 
 
-def _digest(text):
-    return hashlib.sha256(text.encode()).hexdigest()
+def _exchange(status):
+    """Every rank's status, in rank order (one allgather of small JSON values)."""
+    from tfring.ops import objects
+
+    return objects.allgather_object(status)
 
 
-def _marker_matches(local_prefix, digest):
-    try:
-        with open(local_prefix + MARKER_SUFFIX) as f:
-            return json.load(f).get("meta_sha256") == digest
-    except (OSError, ValueError):
-        return False
+class _Copier(threading.Thread):
+    """Local rank 0's copy, in the background while the main thread takes part in the status rounds."""
+
+    def __init__(self, make_copy):
+        super().__init__(name="tfring-stage", daemon=True)
+        self.make_copy, self.error, self.finished = make_copy, None, threading.Event()
+        self.cancel = threading.Event()
+
+    def run(self):
+        try:
+            self.make_copy(self.cancel.is_set)
+        except BaseException as e:  # reported to every rank, then raised here
+            self.error = e
+        finally:
+            self.finished.set()
+
+    def status(self):
+        if not self.finished.is_set():
+            return "copying"
+        return "done" if self.error is None else f"{type(self.error).__name__}: {self.error}"
 
 
-def _is_complete(local_prefix, meta, digest):
-    folder = os.path.dirname(local_prefix)
-    return _marker_matches(local_prefix, digest) and all(
-        os.path.exists(os.path.join(folder, s["file"])) and os.path.getsize(os.path.join(folder, s["file"])) == s["bytes"]
-        for s in meta.shards)
+def _await_copies(copier, folder, timeout):
+    """Status rounds until every host's copy is done, one failed, or the deadline passed (on every rank at once)."""
+    deadline = time.monotonic() + timeout
+    host = socket.gethostname()
+    while True:
+        if copier:  # the copiers pace the rounds; the other ranks wait in the allgather
+            copier.finished.wait(_ROUND)
+        mine = copier.status() if copier else "waiting"
+        statuses = _exchange([mine, host, time.monotonic() > deadline])
+        failed = [(r, s) for r, s in enumerate(statuses) if s[0] not in ("copying", "done", "waiting")]
+        if failed:
+            _fail(copier, failed[0], folder)
+        if all(s[0] != "copying" for s in statuses):
+            return
+        if any(s[2] for s in statuses):
+            late = ", ".join(f"rank {r} on {s[1]}" for r, s in enumerate(statuses) if s[0] == "copying")
+            _stop(copier)
+            raise TimeoutError(f"tfring.data.stage: the copy to {folder} did not finish within {timeout:g} s "
+                               f"(still copying: {late}); raise `timeout` for a larger dataset")
 
 
-def _already_there(folder, shard):
-    """Whether an earlier, interrupted copy left this shard whole (its size and SHA-256 match)."""
-    path = os.path.join(folder, shard["file"])
-    return (os.path.exists(path) and os.path.getsize(path) == shard["bytes"]
-            and sha256_of(path) == shard["sha256"])
+def _stop(copier):
+    """Stops this host's copy (it removes its partial file) before the error leaves this rank."""
+    if copier:
+        copier.cancel.set()
+        copier.finished.wait(10)
 
 
-def _check_space(local_dir, to_copy):
-    need = sum(s["bytes"] for s in to_copy)
-    free = shutil.disk_usage(local_dir).free
-    if need > free:
-        raise OSError(f"tfring.data.stage: {local_dir} has {free / 2**20:.1f} MiB free but the dataset needs "
-                      f"{need / 2**20:.1f} MiB more: choose a larger local disk (nothing was copied)")
+def _fail(copier, failure, folder):
+    rank, (message, host, _) = failure
+    _stop(copier)
+    if copier and copier.error is not None and not isinstance(copier.error, local_copy.Cancelled):
+        raise copier.error
+    raise RuntimeError(f"tfring.data.stage: rank {rank} on host {host} could not copy the dataset to its local "
+                       f"disk ({folder} here): {message}")
 
 
-def _copy_shard(source, target, shard):
-    """Copies one shard to `target` through a temporary name, hashing it on the way."""
-    partial = f"{target}.partial-{os.getpid()}"
-    h = hashlib.sha256()
-    with meta_lib.open_file(source, "rb") as src, open(partial, "wb") as dst:
-        while block := src.read(_BLOCK):
-            h.update(block)
-            dst.write(block)
-    if h.hexdigest() != shard["sha256"]:
-        os.unlink(partial)
-        raise ValueError(f"tfring.data.stage: {source} does not match the SHA-256 its meta file recorded "
-                         f"({h.hexdigest()[:16]}… instead of {shard['sha256'][:16]}…): the shard changed or is "
-                         "damaged since conversion; convert the data again")
-    os.replace(partial, target)
-
-
-def _remove(path):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _copy(prefix, local_prefix, meta, text, local_dir):
-    folder = os.path.dirname(local_prefix)
-    source_folder = os.path.dirname(prefix)
-    if _is_complete(local_prefix, meta, _digest(text)):
-        return
-    _remove(local_prefix + MARKER_SUFFIX)  # what follows is a new copy
-    to_copy = [shard for shard in meta.shards if not _already_there(folder, shard)]
-    _check_space(local_dir, to_copy)
-    for shard in to_copy:
-        source = f"{source_folder}/{shard['file']}" if source_folder else shard["file"]
-        _copy_shard(source, os.path.join(folder, shard["file"]), shard)
-    with open(local_prefix + meta_lib.META_SUFFIX, "w") as f:
-        f.write(text)
-    meta_lib.write_json_atomically(local_prefix + MARKER_SUFFIX, {"meta_sha256": _digest(text), "source": prefix})
-
-
-def _copy_or_report(prefix, local_prefix, meta, text, local_dir):
-    """Local rank 0: copies; on failure leaves the error for the host's waiting ranks, then raises it."""
-    _remove(local_prefix + ERROR_SUFFIX)
-    try:
-        _copy(prefix, local_prefix, meta, text, local_dir)
-    except Exception as e:
-        with open(local_prefix + ERROR_SUFFIX, "w") as f:
-            f.write(f"{type(e).__name__}: {e}")
-        raise
-
-
-def _reported_error(local_prefix, began):
-    try:
-        with open(local_prefix + ERROR_SUFFIX) as f:
-            if os.fstat(f.fileno()).st_mtime >= began - _CLOCK_SKEW:
-                return f.read()
-    except OSError:
-        pass
-    return None
-
-
-def _wait_for_copy(local_prefix, meta, digest, timeout, poll=0.2):
-    deadline, began = time.monotonic() + timeout, time.time()
-    while not _is_complete(local_prefix, meta, digest):
-        error = _reported_error(local_prefix, began)
-        if error:
-            raise RuntimeError(f"tfring.data.stage: local rank 0 could not copy to {local_prefix}: {error}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"tfring.data.stage: local rank 0 did not finish copying to {local_prefix} within "
-                               f"{timeout:g} s (its own error, if any, is in its output)")
-        time.sleep(poll)
-
-
-def stage(prefix, local_dir, timeout=3600.0):
+def stage(prefix, local_dir, timeout=3600.0, folder_mode=0o700):
     """Copies the converted dataset at `prefix` to `local_dir` on each host, once, and returns its new prefix.
 
     Call it on every rank (after `tfring.init()` or under `RingStrategy`): local rank 0 of each host
-    copies and verifies, the host's other ranks wait for it. Give each host a directory on its own
-    disk (node-local scratch, e.g. `/local_scratch/$USER`).
+    copies and verifies, the host's other ranks wait for it, and every rank returns when every host
+    is done, or raises the same error when one failed. Give each host a folder on its own disk
+    (node-local scratch, e.g. `/local_scratch/$USER`). The copy goes into a folder of its own,
+    `local_dir/<name>.<digest of the meta file>/`, so that another dataset of the same name (another
+    job's, or this one converted again) never replaces it; older copies are not removed.
+
+    `local_dir` must be this user's own: one that another user owns or can write is refused. A
+    reused copy is read once to check its SHA-256 against the meta file's.
 
     Args:
         prefix: the dataset's prefix as `tfring convert` wrote it (a local path, or any
             `tf.io.gfile` URL such as `gs://bucket/train`).
-        local_dir: a directory on this host's own disk (created if missing).
-        timeout: seconds the other ranks of a host wait for local rank 0's copy.
+        local_dir: a folder on this host's own disk (created, with `folder_mode`, if missing).
+        timeout: seconds the job waits for the slowest host's copy.
+        folder_mode: permissions of the folders created (only you, 0o700, unless you say
+            otherwise). Shards are never more readable than their source.
 
     Returns:
-        The local prefix (`local_dir/<name>`), to pass to `tfring.data.tfrecord_dataset`.
+        The local prefix (`local_dir/<name>.<digest>/<name>`), to pass to `tfring.data.tfrecord_dataset`.
 
     Raises:
         FileNotFoundError: no meta file at `prefix`.
-        OSError: `local_dir` lacks the space for the shards still to copy (checked before copying).
-        ValueError: a shard's SHA-256 differs from the one its meta file recorded.
-        RuntimeError: on the host's other ranks, local rank 0's copy failed (its error quoted).
-        TimeoutError: on the other ranks, the copy took longer than `timeout`.
+        PermissionError: `local_dir` (or the copy's folder) belongs to another user or others can
+            write to it (`tfring.file_safety.UnsafePathError`); on the copying rank.
+        OSError: `local_dir` lacks the space for the shards still to copy (checked before copying,
+            in whole blocks), or it filled up; on the copying rank.
+        ValueError: a shard's SHA-256 differs from the one its meta file recorded; on the copying rank.
+        RuntimeError: on every other rank, when some host's copy failed (its rank, host and error
+            quoted).
+        TimeoutError: on every rank, the copies took longer than `timeout`.
 
     Example:
 
@@ -168,12 +137,15 @@ def stage(prefix, local_dir, timeout=3600.0):
     >>> ds = tfring.data.tfrecord_dataset(local, batch_size=256)
     """
     timeout = checks.number("tfring.data.stage", "timeout", timeout, above=0, unit="seconds")
+    folder_mode = checks.number("tfring.data.stage", "folder_mode", folder_mode, integer=True, at_least=0o700,
+                                below=0o1000, expected="permissions such as 0o700 or 0o755")
     text = _meta_text(prefix)
     meta = meta_lib.DatasetMeta.from_json(json.loads(text), where=prefix + meta_lib.META_SUFFIX)
-    os.makedirs(local_dir, exist_ok=True)
-    local_prefix = os.path.join(local_dir, os.path.basename(prefix.rstrip("/")))
+    name = os.path.basename(prefix.rstrip("/"))
+    folder = local_copy.folder_for(local_dir, name, text)
+    copier = None
     if runtime.local_rank() == 0:
-        _copy_or_report(prefix, local_prefix, meta, text, local_dir)
-    else:
-        _wait_for_copy(local_prefix, meta, _digest(text), timeout)
-    return local_prefix
+        copier = _Copier(lambda cancelled: local_copy.make(prefix, folder, meta, text, cancelled, timeout, folder_mode))
+        copier.start()
+    _await_copies(copier, folder, timeout)
+    return os.path.join(folder, name)
