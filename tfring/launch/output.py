@@ -1,15 +1,20 @@
 """The ranks' output as the launcher shows it: `[rank]` prefixes, Python warnings once, log files.
 
 Rank 0's stdout and every rank's stderr are shown by default (`--all-output`: every stdout too);
-`--output-dir DIR` also writes each rank's whole output, unprefixed, to `DIR/rank.N.log`.
+`--output-dir DIR` also writes each rank's whole output, unprefixed, to `DIR/rank.N.log`: DIR must
+be this user's own (created 0700; another user's, or one others can write, is refused), and a log
+is created 0600 without following links, or appended to when it is already this user's own file.
 The last lines of each rank's stderr are kept, for the launcher's word on a failed job.
 """
 
 import collections
+import errno
 import os
 import re
 import sys
 import threading
+
+from tfring import file_safety
 
 # "path.py:12: UserWarning: text", the first line of a Python warning (its source line follows).
 _WARNING_LINE = re.compile(rb"^\S.*:\d+: \w*Warning: ")
@@ -83,12 +88,12 @@ class JobOutput:
         # pieces, and another rank's thread wrote in between them (lines of ~100 KB came out torn).
         self._sink_lock = threading.Lock()
         if output_dir:
-            os.makedirs(output_dir, exist_ok=True)
+            file_safety.make_private_dir(output_dir, "--output-dir")
 
     def _log(self, rank):
         with self._lock:
             if rank not in self._logs and self.output_dir:
-                self._logs[rank] = open(os.path.join(self.output_dir, f"rank.{rank}.log"), "ab", buffering=0)
+                self._logs[rank] = _open_log(os.path.join(self.output_dir, f"rank.{rank}.log"))
             return self._logs.get(rank)
 
     def stream(self, rank, stdout):
@@ -154,6 +159,23 @@ class JobOutput:
             for f in self._logs.values():
                 f.close()
             self._logs.clear()
+
+
+def _open_log(path):
+    """A rank's log: created 0600, or appended to when it is this user's own regular file; never through a link."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise file_safety.UnsafePathError(f"--output-dir: log `{path}` is a symbolic link: tfring writes logs only "
+                                              "into files of its own; remove it") from None
+        raise
+    try:
+        file_safety.check_own_file(path, "--output-dir: log")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "ab", buffering=0)
 
 
 def pump(stream, take):
