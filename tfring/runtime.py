@@ -12,6 +12,7 @@ import sys
 import threading
 
 from tfring.launch import cluster as _cluster
+from tfring.launch.engines import address_exchange as _address_exchange
 from tfring.config import Config
 from tfring.native import library as _library
 
@@ -58,6 +59,7 @@ def init(config=None, **options):
     if rc != 0:
         error = _ERRORS.get(_library.error_name(rc), RuntimeError)
         raise error(f"tfring.init() failed on rank {info.rank}: {err.value.decode()}")
+    _address_exchange.remove_published()  # every rank has joined: a published address is no longer needed
     if not _atexit_registered:
         atexit.register(shutdown)
         _atexit_registered.append(True)

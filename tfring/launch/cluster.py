@@ -11,6 +11,7 @@ import hashlib
 import os
 import secrets as _secrets
 
+from tfring.file_safety import UnsafePathError
 from tfring.launch import addresses
 from tfring.launch.engines import (address_exchange, indexed_job, mpich, openmpi, slurm, tf_config, tfring_run,
                                    torchrun)
@@ -38,8 +39,8 @@ class ClusterInfo:
 
     Args:
         rank, size, local_rank, local_size: position in the job and on this host.
-        store_host, store_port: where rank 0 serves the rendezvous store (None until
-            `find_store` when rank 0 must publish it).
+        store_host, store_port: where rank 0 serves the rendezvous store (host None, port 0 until
+            `find_store` when rank 0 must publish them).
         secret: the job secret that authenticates store and data connections.
         job_id: names this job's shared-memory segments and store keys.
         launcher: which engine's variables were read ("tfring", "openmpi", "pmi", "slurm",
@@ -69,11 +70,14 @@ def _derived_port(job_key):
 
 
 def _store(env, placement):
-    """Rank 0's store as (host, port), or None when rank 0 must publish it."""
+    """Rank 0's store as (host, port): port 0 when rank 0 must publish it, None when the host too."""
     if STORE_ADDR in env:
         return host_port(env[STORE_ADDR], STORE_ADDR)
     if placement.store:
         return placement.store
+    if placement.engine in _MPI_ENGINES:
+        # An MPI job id is public: a port derived from it could be taken first by anyone on the host.
+        return ("127.0.0.1", 0) if placement.local_size == placement.size else None
     if placement.local_size == placement.size:
         return "127.0.0.1", _derived_port(placement.job_key)
     if placement.rank0_host:
@@ -107,11 +111,14 @@ def _given_secret(env):
 
 def _exchange(env, info, store):
     """How rank 0 will publish what the ranks cannot know from the engine ("" when nothing): over
-    MPI when mpi4py is there, unless the user named a rendezvous file (and gave a secret)."""
+    MPI when mpi4py is there and must hand out a secret, or the job spans hosts and the user named
+    no rendezvous file; else through a file (on one host a node-local one: no MPI to initialise)."""
     missing_secret = info.size > 1 and not info.secret
-    if store is not None and not missing_secret:
+    if store is not None and store[1] and not missing_secret:
         return ""
-    if info.launcher in _MPI_ENGINES and address_exchange.mpi4py_installed() and (missing_secret or not env.get(RENDEZVOUS_FILE)):
+    spans_hosts = info.local_size < info.size
+    if (info.launcher in _MPI_ENGINES and address_exchange.mpi4py_installed()
+            and (missing_secret or (spans_hosts and not env.get(RENDEZVOUS_FILE)))):
         return "mpi"
     if missing_secret and info.launcher == "tfring":
         raise ValueError(f"{RANK} is set but neither {SECRET} nor {SECRET_FILE} is: start the job with `tfring run`")
@@ -167,20 +174,18 @@ def _with_job_id(env, info):
 
 
 def _rank0_offer(env, info):
-    """What rank 0 publishes: its store (the known one, or a free port on its advertised address) and the secret."""
-    if info.store_host is not None:
-        host, port = info.store_host, info.store_port
-    else:
-        host = env.get(ADVERTISE_HOST) or addresses.default_address()
-        port = addresses.free_port("")
-    return host, port, info.secret or _secrets.token_hex(32)
+    """What rank 0 publishes: its store (the known host, else its advertised address; a free port) and the secret."""
+    host = info.store_host or env.get(ADVERTISE_HOST) or addresses.default_address()
+    return host, info.store_port or addresses.free_port(""), info.secret or _secrets.token_hex(32)
 
 
 def find_store(info, timeout, environ=None):
-    """Completes `info` where rank 0 must publish its store address (MPI across hosts) or a secret.
+    """Completes `info` where rank 0 must publish its store address (under MPI) or a secret.
 
-    Over MPI (mpi4py installed) rank 0 broadcasts both; else it writes its address to a file in the
-    shared working directory (see `engines.address_exchange`) and the others wait for it.
+    Rank 0 picks a free port (an MPI job id is public, so a port derived from it could be taken).
+    Over MPI (mpi4py installed) rank 0 broadcasts both; else it writes its address to a file (on
+    one host a node-local one, across hosts one in the shared working directory; see
+    `engines.address_exchange`) and the others wait for it.
 
     Args:
         info: what `discover` returned.
@@ -192,6 +197,8 @@ def find_store(info, timeout, environ=None):
 
     Raises:
         TimeoutError: rank 0's file did not appear in time.
+        UnsafePathError: the file or its folder is another user's or writable by others (on
+            every rank, at once).
         ValueError: the file cannot be written.
     """
     env = os.environ if environ is None else environ
@@ -205,12 +212,20 @@ def find_store(info, timeout, environ=None):
         raise ValueError(f"mpi4py is installed but cannot load an MPI that spans the {info.size} ranks of "
                          f"this {info.launcher} job (is it built for another MPI?), and no secret is set: "
                          + NO_SECRET_HELP.format(launcher=info.launcher, size=info.size, mpi=""))
-    elif info.store_host is None:
-        path = address_exchange.file_path(env, info.job_key)
-        if info.rank == 0:
-            info.store_host, info.store_port, _ = _rank0_offer(env, info)
-            address_exchange.write_file(path, info.store_host, info.store_port, info.secret)
-        else:
-            info.store_host, info.store_port = address_exchange.read_file(path, info.secret, timeout)
+    else:
+        _exchange_file(env, info, timeout)
     info.exchange = ""
     return _with_job_id(env, info)
+
+
+def _exchange_file(env, info, timeout):
+    """Rank 0 writes its store address to the job's rendezvous file; the others wait for it."""
+    rdv = address_exchange.locate(env, info.job_key, info.secret, info.local_size == info.size)
+    try:
+        if info.rank == 0:
+            info.store_host, info.store_port, _ = _rank0_offer(env, info)
+            address_exchange.write_file(rdv, info.store_host, info.store_port, info.secret, info.job_key)
+        else:
+            info.store_host, info.store_port = address_exchange.read_file(rdv, info.secret, info.job_key, timeout)
+    except UnsafePathError as e:
+        raise UnsafePathError(f"rank {info.rank}: {e}") from None

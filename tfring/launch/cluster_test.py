@@ -23,14 +23,18 @@ def test_tfring_run_variables():
     assert (info.store_host, info.store_port, info.secret, info.job_id) == ("10.0.0.5", 2345, "s3", "j1")
 
 
-def test_openmpi_single_host_derives_the_same_store_on_every_rank():
+def test_openmpi_single_host_leaves_the_port_to_rank0():
+    # The MPI job id is public: a port derived from it could be taken first, so rank 0 publishes a free one.
     base = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "4711",
             "TFRING_SECRET": "s"}
     a = cluster.discover(dict(base, OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_LOCAL_RANK="0"))
     b = cluster.discover(dict(base, OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_LOCAL_RANK="1"))
     assert a.launcher == "openmpi" and (a.rank, b.rank) == (0, 1)
-    assert (a.store_host, a.store_port, a.secret, a.job_id) == (b.store_host, b.store_port, b.secret, b.job_id)
-    assert a.store_host == "127.0.0.1" and 20000 <= a.store_port < 40000
+    assert (a.exchange, a.store_host, a.store_port) == ("file", "127.0.0.1", 0)
+    assert (b.exchange, b.store_host, b.store_port) == ("file", "127.0.0.1", 0)
+    given = cluster.discover(dict(base, OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_LOCAL_RANK="0",
+                                  TFRING_STORE_ADDR="127.0.0.1:29500"))
+    assert (given.exchange, given.store_port) == ("", 29500)
 
 
 MPI_4 = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
@@ -123,8 +127,8 @@ def test_one_rank_needs_no_secret():
 
 
 def test_secret_from_the_environment_and_the_job_id_depends_on_it():
-    a = cluster.discover(dict(MPI_RANK0, TFRING_SECRET="one"))
-    b = cluster.discover(dict(MPI_RANK0, TFRING_SECRET="two"))
+    a = cluster.discover(dict(MPI_RANK0, TFRING_SECRET="one", TFRING_STORE_ADDR="127.0.0.1:29500"))
+    b = cluster.discover(dict(MPI_RANK0, TFRING_SECRET="two", TFRING_STORE_ADDR="127.0.0.1:29500"))
     assert (a.secret, b.secret) == ("one", "two")
     assert a.job_id != b.job_id  # shared-memory names cannot be guessed from the launcher's job id
 
