@@ -5,8 +5,11 @@ secret in its environment. Output lines are prefixed with `[rank]`. SIGINT/SIGTE
 to every rank on every host. When one rank exits non-zero (or the connection to its host is lost),
 the others are stopped (SIGTERM, then SIGKILL after a grace period: all gone within 5 s) and the
 launcher exits with the code of the rank that failed first, naming it (`first_failure`) in one
-last line. After Ctrl-C the launcher says so once, and hides what the ranks write to stderr from
-then on (their KeyboardInterrupt tracebacks) unless `--all-output`.
+last line. However the job ends, what a rank on this host left running in its process group is
+ended with it (SIGTERM, then SIGKILL after the grace); after a job that succeeded the launcher
+names those processes, one line per rank, and still exits 0. After Ctrl-C the launcher says so
+once, and hides what the ranks write to stderr from then on (their KeyboardInterrupt tracebacks)
+unless `--all-output`.
 
 With other hosts (`-H`, `--hostfile`) every remote rank is started by `ssh HOST` running
 `tfring.launch.remote` in the same working directory and interpreter as here (a shared file system
@@ -329,6 +332,27 @@ class Job:
         while not self._poll_all() and self.signalled is None and not self._failure_is_clear():
             time.sleep(POLL_SECONDS)
 
+    def _end_leftovers(self, report):
+        """Ends what ranks on this host left running in their process groups after they exited
+        (SIGTERM, then SIGKILL `KILL_GRACE_SECONDS` later): nothing of a job outlives it, nor keeps
+        it running by holding a rank's output open. `report`: say so first, one line per rank.
+        (On other hosts `tfring.launch.remote` ends a rank's group when the rank ends.)"""
+        left = {r: rank.leftovers() for r, rank in self.ranks.items() if isinstance(rank, local_rank.LocalRank)}
+        left = {r: members for r, members in left.items() if members}
+        if not left:
+            return
+        if report:
+            for r, members in left.items():
+                self._say(_left_running(r, members))
+        for r in left:
+            self.ranks[r].signal(signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE_SECONDS
+        while any(self.ranks[r].leftovers() for r in left) and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+        for r in left:
+            if self.ranks[r].leftovers():
+                self.ranks[r].kill()
+
     def _stop_on_signal(self):
         """Passes the launcher's signal on, kills the ranks still running `KILL_GRACE_SECONDS` later,
         and says so in one line; returns 0 when every rank then exited 0, else 128+signal."""
@@ -340,6 +364,7 @@ class Job:
             name = signal.Signals(signum).name
             self._say(f"the ranks did not stop within {KILL_GRACE_SECONDS:g} s of {name}; killing them")
             self._kill_all()
+        self._end_leftovers(report=False)
         self._join_output()
         hidden = self.output.hidden_lines
         note = f" ({hidden} lines of the ranks' stderr since then hidden; --all-output shows them)" if hidden else ""
@@ -375,9 +400,19 @@ class Job:
             code = self._stop_on_failure()
         else:
             code = 0
+            self._end_leftovers(report=True)
             self._join_output()
         self.output.close()
         return code
+
+
+def _left_running(rank, members):
+    """The launcher's line about processes rank `rank` left running, e.g. "(pid 42: sleep)"."""
+    n = len(members)
+    named = ", ".join(f"{pid}: {name}" for pid, name in members[:5]) + (", ..." if n > 5 else "")
+    return (f"rank {rank} left {n} process{'es' if n > 1 else ''} running after it exited "
+            f"({'pids' if n > 1 else 'pid'} {named}); ending {'them' if n > 1 else 'it'} with the job "
+            "(wait for what a rank starts before it exits)")
 
 
 def _working_directory(environ):

@@ -378,3 +378,42 @@ def test_long_lines_of_ranks_printing_at_once_stay_whole():
         prefix, text = line.split(" ", 1)
         value = json.loads(text)  # a torn line fails here
         assert prefix == f"[{value['r']}]" and value["d"] == [value["r"]] * 100000
+
+
+# Rank 0 starts a `sleep` that ignores SIGTERM (only SIGKILL ends it), prints its pid and exits 0;
+# rank 1 then exits 0, fails, or sleeps until the launcher is interrupted.
+LEAVES_A_CHILD = ("import os, subprocess, sys, time\n"
+                  "if os.environ['TFRING_RANK'] == '0':\n"
+                  "    child = subprocess.Popen(['sh', '-c', 'trap \"\" TERM; exec sleep 300'])\n"
+                  "    print('CHILD', child.pid, flush=True); sys.exit(0)\n"
+                  "time.sleep(1)\n"
+                  "sys.exit({'succeeds': 0, 'fails': 3}.get(sys.argv[1])) if sys.argv[1] != 'is-interrupted' "
+                  "else time.sleep(100)")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("end", ["succeeds", "fails", "is-interrupted"])
+def test_what_a_rank_left_running_ends_with_the_job(end):
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "tfring", "run", "-np", "2", sys.executable, "-c",
+                             LEAVES_A_CHILD, end], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    child = None
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("[0] CHILD "), line
+        child = int(line.split()[-1])
+        if end == "is-interrupted":
+            time.sleep(2)  # rank 0 has exited; rank 1 sleeps
+            proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == {"succeeds": 0, "fails": 3, "is-interrupted": 130}[end], stderr
+        assert not _alive(child), "a process rank 0 started outlived the job"
+        assert time.monotonic() - start < 2 + 2 * launcher.KILL_GRACE_SECONDS + 15
+        if end == "succeeds":
+            assert f"tfring run: rank 0 left 1 process running after it exited (pid {child}: sleep)" in stderr
+    finally:
+        proc.kill()
+        proc.communicate()
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)

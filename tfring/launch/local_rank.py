@@ -17,6 +17,21 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
+def signal_on_parent_death(signum):
+    """Asks the kernel to send `signum` to this process when its parent ends (PR_SET_PDEATHSIG),
+    however it ends, SIGKILL included. Check `os.getppid()` afterwards: a parent that ended before
+    this call does not send it.
+
+    Args:
+        signum: the signal, e.g. `signal.SIGKILL`.
+
+    Example:
+
+    >>> signal_on_parent_death(signal.SIGHUP)
+    """
+    _LIBC.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+
+
 def die_with(parent_pid, cores=None):
     """A `preexec_fn`: the child gets SIGKILL when `parent_pid` dies, even by SIGKILL.
 
@@ -28,12 +43,42 @@ def die_with(parent_pid, cores=None):
         A function for `subprocess.Popen(preexec_fn=...)`.
     """
     def arm():
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        signal_on_parent_death(signal.SIGKILL)
         if os.getppid() != parent_pid:  # the starter died before the line above took effect
             os._exit(1)
         if cores is not None:
             os.sched_setaffinity(0, cores)
     return arm
+
+
+def process_group(pgid):
+    """The processes of process group `pgid` that have not ended, read from /proc.
+
+    Args:
+        pgid: the group's id (a rank's pid: each rank leads its own session).
+
+    Returns:
+        A list of (pid, command name), by pid; ended processes not yet reaped (zombies) are left out.
+
+    Example:
+
+    >>> process_group(rank.proc.pid)
+    [(4242, 'sleep')]
+    """
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:  # it ended while we looked
+            continue
+        # "pid (name) state ppid pgrp ...": the name may hold spaces and parentheses.
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append((int(entry), name))
+    return sorted(members)
 
 
 def exit_code(returncode):
@@ -84,12 +129,21 @@ class LocalRank:
             self._lifeline = None
         return None if code is None else exit_code(code)
 
+    def leftovers(self):
+        """What the rank left running in its process group after it ended ([] while it runs).
+
+        Returns:
+            A list of (pid, command name): the processes it started and did not wait for.
+        """
+        return [] if self.proc.poll() is None else process_group(self.proc.pid)
+
     def signal(self, signum):
-        """Sends `signum` to the rank's process group (a rank's helper processes get it too)."""
-        if self.proc.poll() is None:
+        """Sends `signum` to the rank's process group (a rank's helper processes get it too), also
+        once the rank has ended, to what it left running there."""
+        if self.proc.poll() is None or self.leftovers():
             try:
                 os.killpg(self.proc.pid, signum)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
 
     def kill(self):

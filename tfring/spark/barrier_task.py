@@ -8,7 +8,6 @@ exits when the task is gone (Spark kills the other tasks of a barrier stage when
 
 import os
 import subprocess
-import sys
 import tempfile
 
 from tfring.launch import addresses, function_rank, variables
@@ -32,7 +31,7 @@ def _run_rank(directory, env, timeout):
     read_fd, write_fd = os.pipe()
     env = dict(env, **{variables.LAUNCHER_FD: str(read_fd)})
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "tfring.launch.function_rank", directory], env=env,
+        proc = subprocess.Popen(function_rank.command(directory), env=env,
                                 pass_fds=(read_fd,))
     finally:
         os.close(read_fd)
