@@ -19,7 +19,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
-.PHONY: env demo check lint test test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
+.PHONY: env demo check lint test test-newest-tf test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
 
 env: $(STAMP)
 
@@ -67,6 +67,20 @@ check: lint
 	$(PY) -m pytest -q -m "not multiprocess" $(PYTEST_ARGS)
 
 test: lint test-core test-python
+
+# The newest TensorFlow (CI: TF=2.21), where what changes is TensorFlow itself (its ops, tf.data,
+# tf.function, the op library's ABI; Keras is the same version): every single-process test, and
+# the multi-process tests of the files that exercise TensorFlow directly. The launcher, rendezvous
+# and engine suites (no TensorFlow in them) and the parametrised variants of the same fit paths
+# run on the reference stack only, to keep CI well inside its time.
+TF_FACING := tfring/ops tfring/optimizers tfring/strategy tfring/data tfring/callbacks tfring/native \
+	tests/collectives_test.py tests/ring_strategy_test.py tests/keras_calls_test.py tests/data_pipeline_test.py \
+	tests/checkpointing_test.py tests/graph_mode_test.py tests/sparse_gradients_test.py \
+	tests/accumulation_test.py tests/early_reduction_test.py tests/readme_test.py
+test-newest-tf:
+	$(MAKE) env TF=2.21
+	.venv-tf2.21/bin/python -m pytest -q -m "not multiprocess and not emulated_hosts and not slurm and not spark"
+	.venv-tf2.21/bin/python -m pytest -q -m "multiprocess and not emulated_hosts and not slurm and not spark" $(TF_FACING)
 
 # tfring under a real SLURM (tests/slurm_test.py: srun on one node and across two emulated hosts,
 # sbatch): installs Debian's SLURM daemons and munge (root), then runs the tests marked `slurm`.
