@@ -1,6 +1,7 @@
 """Saving under RingStrategy: rank 0 alone writes, atomically; BackupAndRestore resumes exactly."""
 
 import os
+import shutil
 import socket
 import subprocess
 
@@ -123,3 +124,123 @@ def test_a_kill_inside_the_backup_write_resumes_exactly(tmp_path):
     # those weights as epoch 2's (it would train one epoch twice).
     straight, resumed = _killed_and_resumed(tmp_path, {"KILL_IN_BACKUP_OF_EPOCH": "3"})
     np.testing.assert_allclose(np.load(resumed / "final0.npy"), np.load(straight / "final0.npy"), rtol=0, atol=1e-6)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs (root only), unmounted afterwards."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to mount a small tmpfs")
+    folder = tmp_path / "small"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True, timeout=30)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], timeout=30)
+
+
+# A model whose saves (~0.5 MB) are larger than the small disk.
+SAVES = r'''
+import os
+import numpy as np
+import keras
+import tfring
+
+out = os.environ["OUT"]
+strategy = tfring.RingStrategy()
+x = np.random.default_rng(0).standard_normal((32, 128)).astype("float32")
+with strategy.scope():
+    model = keras.Sequential([keras.Input((128,)), keras.layers.Dense(1024), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+model.fit(x, x[:, :1], batch_size=16, epochs=1, verbose=0)
+for name in ("m.weights.h5", "m.keras", "m.h5"):
+    save = model.save_weights if name.endswith(".weights.h5") else model.save
+    try:
+        save(os.path.join(out, name))
+        print("SAVED", name)
+    except Exception as e:
+        print("FAILED", name, type(e).__name__, " ".join(str(e).split()))
+if os.environ.get("LOAD"):
+    same = []
+    for name in ("m.keras", "m.h5"):
+        loaded = keras.models.load_model(os.path.join(out, name), compile=False)
+        same.append(all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), model.get_weights())))
+    fresh = keras.models.clone_model(model)
+    fresh.load_weights(os.path.join(out, "m.weights.h5"))
+    same.append(all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), model.get_weights())))
+    for _ in range(2):  # a folder (zipped=False), saved again over itself
+        model.save(os.path.join(out, "folder"), zipped=False)
+    loaded = keras.models.load_model(os.path.join(out, "folder"), compile=False)
+    same.append(all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), model.get_weights())))
+    print("LOADED_SAME", same)
+print("END")
+'''
+
+
+def test_a_full_tmpdir_does_not_fail_a_save(tmp_path, small_disk):
+    # Issue 33, item 12: ranks > 0 wrote a throwaway copy of every save into $TMPDIR.
+    (small_disk / "filler").write_bytes(b"x" * (60 << 10))  # almost nothing left
+    out = tmp_path / "out"
+    proc = run_job(2, SAVES, env={"OUT": str(out), "TMPDIR": str(small_disk), "LOAD": "1"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "FAILED" not in proc.stdout, proc.stdout
+    assert proc.stdout.count("LOADED_SAME [True, True, True, True]") == 2, proc.stdout
+    assert sorted(os.listdir(out)) == ["folder", "m.h5", "m.keras", "m.weights.h5"]
+    left = [n for n in os.listdir(small_disk) if not n.startswith("__autograph_generated_file")]  # TF's own
+    assert left == ["filler"], left
+
+
+def test_a_full_disk_fails_every_rank_alike_naming_the_users_path(tmp_path, small_disk):
+    # Issue 33, item 12: rank 0's HDF5 write error named tfring's partial file, the other rank
+    # failed elsewhere, and the process ended in SIGSEGV. Now every rank gets the same Python error.
+    proc = run_job(2, SAVES, env={"OUT": str(small_disk)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("END") == 2, proc.stdout
+    for name in ("m.weights.h5", "m.keras", "m.h5"):
+        failed = sorted(line[4:] for line in proc.stdout.splitlines() if f"FAILED {name} " in line)
+        assert len(failed) == 2 and failed[0] == failed[1], proc.stdout  # the same error on both ranks
+        assert "OSError" in failed[0] and "No space left on device" in failed[0], failed[0]
+        assert str(small_disk / name) in failed[0] and "tfring-partial" not in failed[0], failed[0]
+    assert os.listdir(small_disk) == []  # no partial file left behind
+
+
+STRANGER = r'''
+import os
+import numpy as np
+import keras
+import tfring
+
+strategy = tfring.RingStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.save_weights(os.path.join(os.environ["OUT"], "ckpt.weights.h5"))
+model.save(os.path.join(os.environ["OUT"], "ckpt.keras"))
+print("SAVED")
+'''
+
+
+def test_a_strangers_partial_in_a_sticky_folder_does_not_fail_a_save(tmp_path, other_user):
+    # Issue 33, item 8: a file named like this host's stale partial, made by someone else, cannot be
+    # removed from a sticky folder, and every save failed with PermissionError. Root ignores the
+    # sticky bit, so this root job meets the same refusal through the file's immutable flag.
+    if not shutil.which("chattr"):
+        pytest.skip("needs chattr to make a file root cannot remove")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    strangers = shared / f".tfring-partial-{socket.gethostname()}-{dead.pid}-ckpt.weights.h5"
+    strangers.write_text("not yours")
+    os.chown(strangers, other_user.uid, other_user.gid)
+    if subprocess.run(["chattr", "+i", str(strangers)], capture_output=True, timeout=30).returncode != 0:
+        pytest.skip("this file system has no immutable flag")
+    try:
+        proc = run_job(2, STRANGER, env={"OUT": str(shared)}, timeout=120)
+    finally:
+        subprocess.run(["chattr", "-i", str(strangers)], timeout=30)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("SAVED") == 2, proc.stdout
+    assert strangers.read_text() == "not yours" and os.stat(strangers).st_uid == other_user.uid
+    assert sorted(os.listdir(shared)) == sorted([strangers.name, "ckpt.keras", "ckpt.weights.h5"])

@@ -2,24 +2,37 @@
 
 Every rank must take part in a save, because saving can read sync-on-read state (metrics), and
 that read is a collective. So `model.save`, `model.save_weights`, `ModelCheckpoint` and
-`BackupAndRestore` still run on every rank, but only rank 0's output is kept: it is written under a
-temporary name beside the target and renamed when complete (a reader never sees half a file),
-while the other ranks write to a scratch folder that is deleted. A barrier at the end means the
-file exists for every rank when the call returns.
+`BackupAndRestore` still run Keras' saving code on every rank, each into a file in memory
+(`save_sinks`: ranks > 0 write nothing to any disk, and HDF5 never meets a full one). Rank 0 then
+writes its bytes under a partial name beside the target and renames it when complete (a reader
+never sees half a file). The ranks end a save by agreeing on its outcome: when it failed on any
+rank (a full disk on rank 0), every rank raises, with the same message naming the user's path;
+when it returns, the file exists for every rank.
+
+The target folder may be shared with other users (a sticky folder like /tmp): rank 0 removes only
+partial files that it can tell are its own user's leftovers on this host, and a file it may not
+remove never fails a save.
 
 `install()` wraps those Keras methods once; models that do not belong to a multi-rank
 RingStrategy are saved exactly as before.
 """
 
 import contextlib
+import errno
 import functools
+import inspect
 import json
 import os
+import secrets
 import shutil
 import socket
-import tempfile
+import stat
 
+from keras.src.utils import file_utils
+
+from tfring import file_safety
 from tfring.strategy import keras_patches
+from tfring.strategy import save_sinks
 from tfring.strategy.ring_model import ring_strategy_of
 
 
@@ -96,6 +109,12 @@ def _is_local(path):
     return "://" not in str(path)
 
 
+def _name_for_keras(path):
+    # What Keras reads the extension from and names in its errors. A path Keras takes for remote
+    # (`/gcs/...`) would make it copy through `$TMPDIR`: it gets the file's name only.
+    return os.path.basename(path) if file_utils.is_remote_path(path) else path
+
+
 def _partial_prefix(host=None):
     return f".tfring-partial-{host or socket.gethostname()}-"
 
@@ -110,56 +129,179 @@ def _pid_alive(pid):
     return True
 
 
+def _is_stale_partial(directory, name, prefix):
+    """Whether `name` is a partial file a killed save of this user on this host left behind.
+
+    In a folder others share, a file can be named like a partial and be someone else's: only a
+    regular file this user owns, named for this host and a process no longer running, qualifies.
+    """
+    if not name.startswith(prefix):
+        return False
+    pid = name[len(prefix):].split("-", 1)[0]
+    if not pid.isdigit() or _pid_alive(int(pid)):
+        return False
+    try:
+        st = os.lstat(os.path.join(directory, name))
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+
 def _remove_stale_partials(directory):
-    """Deletes partial files that a killed save on this host left behind (not a live job's)."""
+    """Deletes partial files that a killed save of this user on this host left behind (not a live
+    job's, not another user's). A file it may not list or remove never fails the save."""
     prefix = _partial_prefix()
-    for name in os.listdir(directory):
-        pid = name[len(prefix):].split("-", 1)[0]
-        if name.startswith(prefix) and pid.isdigit() and not _pid_alive(int(pid)):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return  # a folder one may write into but not list: nothing to clean
+    for name in names:
+        if _is_stale_partial(directory, name, prefix):
             try:
                 os.remove(os.path.join(directory, name))
-            except FileNotFoundError:
-                pass  # another job cleaned it first
+            except OSError:
+                pass  # another job cleaned it first, or it is not ours to remove after all
+
+
+def _remove_partial(partial):
+    try:
+        if os.path.isdir(partial) and not os.path.islink(partial):
+            shutil.rmtree(partial)
+        else:
+            os.remove(partial)
+    except FileNotFoundError:
+        pass
+
+
+def _unwritable(path, error):
+    """The error every rank raises when rank 0 could not write `path` (naming it, not the partial)."""
+    directory = os.path.dirname(path)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"the disk holding `{directory}` is full or over quota; free space there or save elsewhere"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = f"this user may not write into `{directory}`; save into a folder you can write"
+    else:
+        fix = "check that folder, or save elsewhere"
+    message = (f"{error.strerror or error}: tfring could not save `{path}`: {fix}. The incomplete file was "
+               f"removed; an earlier `{os.path.basename(path)}`, if any, is unchanged")
+    return OSError(error.errno, message) if error.errno is not None else OSError(message)
+
+
+def _replace(partial, path):
+    """Renames `partial` to `path`; a folder (`zipped=False`) replaces an earlier folder there, as
+    Keras' own save writes over one."""
+    try:
+        os.replace(partial, path)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(partial) or os.path.islink(path):
+            raise
+        earlier = f"{partial}-earlier"
+        os.rename(path, earlier)
+        try:
+            os.rename(partial, path)
+        except OSError:
+            os.rename(earlier, path)  # the earlier folder stays
+            raise
+        shutil.rmtree(earlier, ignore_errors=True)
+
+
+def _write_out(target, path, folder=False):
+    """Rank 0: writes what Keras saved into `target` to `path`, under a partial name renamed when complete.
+
+    `folder`: unpack the `.keras` archive in `target` into a folder (`zipped=False`).
+
+    The partial name carries this host, this process and a random part, so no one can plant a file
+    at it beforehand, and `_remove_stale_partials` can tell a killed save's leftover from a live one.
+    """
+    directory, name = os.path.split(path)
+    partial = os.path.join(directory, f"{_partial_prefix()}{os.getpid()}-{secrets.token_hex(4)}-{name}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        _remove_stale_partials(directory)
+        if folder:
+            save_sinks.write_folder(target, partial)
+        else:
+            with save_sinks.contents(target) as data, file_safety.create_exclusive(partial, 0o666) as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        _replace(partial, path)
+    except OSError as e:
+        _remove_partial(partial)
+        raise _unwritable(path, e) from e
+
+
+def _outcome(error):
+    if error is None:
+        return None
+    if isinstance(error, OSError) and error.errno is not None and error.strerror is not None:
+        return {"errno": error.errno, "strerror": error.strerror}
+    return {"error": f"{type(error).__name__}: {error}"}
+
+
+def _agree_on_outcome(path, error):
+    """Raises on every rank when the save failed on any: the failing rank its own error, the others
+    the same `OSError` (or a `RuntimeError` naming the failing rank and its error).
+
+    Replaces the barrier that ended a save: the file exists for every rank once this returns.
+    """
+    from tfring.ops import objects
+
+    try:
+        outcomes = objects.allgather_object(_outcome(error))
+    except Exception as e:
+        if error is not None:
+            raise error from e  # a peer died: this rank's own error says more
+        raise
+    failed = [(rank, o) for rank, o in enumerate(outcomes) if o is not None]
+    if error is not None:
+        raise error
+    if failed:
+        rank, first = failed[0]
+        if "errno" in first:
+            raise OSError(first["errno"], first["strerror"])
+        raise RuntimeError(f"tfring: saving `{path}` failed on rank {rank}: {first['error']}")
+
+
+def _argument(original, name, args, kwargs):
+    """The value of `original`'s argument `name` in this call (None when absent or unbindable)."""
+    try:
+        return inspect.signature(original).bind(None, None, *args, **kwargs).arguments.get(name)
+    except TypeError:
+        return None  # Keras raises its own error, on every rank alike
 
 
 def _rank0_writes(original):
     @functools.wraps(original)
     def save(self, filepath, *args, **kwargs):
         strategy = ring_strategy_of(self)
-        sharded = kwargs.get("max_shard_size") is not None
+        sharded = _argument(original, "max_shard_size", args, kwargs) is not None
         if strategy is None or not _is_local(filepath) or sharded:
             return original(self, filepath, *args, **kwargs)
         _save_started()
         path = os.path.abspath(os.fspath(filepath))
-        directory, name = os.path.split(path)
-        scratch = None
-        if strategy.rank == 0:
-            os.makedirs(directory, exist_ok=True)
-            _remove_stale_partials(directory)
-            partial = os.path.join(directory, f"{_partial_prefix()}{os.getpid()}-{name}")  # same extension
-        else:
-            scratch = tempfile.mkdtemp(prefix="tfring-discard-")
-            partial = os.path.join(scratch, name)
+        zipped = _argument(original, "zipped", args, kwargs)
+        error = result = target = None
         try:
-            result = original(self, partial, *args, **kwargs)
+            target = save_sinks.for_save(original.__name__, _name_for_keras(path), keep=strategy.rank == 0,
+                                         zipped=zipped)
+            result = original(self, target, *args, **kwargs)
             if strategy.rank == 0:
-                os.replace(partial, path)
+                _write_out(target, path, folder=zipped is False)
+        except Exception as e:  # every rank learns of it below, and they stay in step
+            error = e
         finally:
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-            elif os.path.exists(partial):
-                os.remove(partial)  # a failed save leaves no partial file behind
-        _barrier()
+            if target is not None:
+                save_sinks.release(target)
+        _agree_on_outcome(path, error)
         return result
 
     return save
 
 
 def _write_json_atomically(path, payload):
-    partial = f"{path}.tfring-partial-{os.getpid()}"
-    with open(partial, "w") as f:
-        f.write(json.dumps(payload))
-    os.replace(partial, path)
+    # A fresh name no one could plant a link at, created exclusively (see file_safety).
+    file_safety.write_atomically(path, json.dumps(payload).encode(), mode=0o666)
 
 
 def _read_json(path):
