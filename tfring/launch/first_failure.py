@@ -21,10 +21,12 @@ PEER_LOST = (
     "connection lost while sending",  # transport/socket.cc
     "connection lost while receiving",  # transport/socket.cc
     "transport was aborted after an earlier failure",  # transport/ring_transport.cc
-    "timed out waiting for rank N",  # transport/ring_transport.cc: the collective's deadline
+    "rank N stopped answering",  # transport/ring_transport.cc: the collective's deadline
+    "while data from rank N was still moving",  # transport/ring_transport.cc: the deadline, mid-transfer
     "first failure, reported by another rank",  # engine/engine.cc
     "the rendezvous store on rank 0 is gone",  # engine/engine.cc
     "closed the connection (rank 0 exited",  # rendezvous/tcp_store.cc
+    "the rendezvous store of rank 0 at",  # rendezvous/tcp_store.cc: it stopped answering
     "cannot reach the store of rank 0",  # rendezvous/tcp_store.cc
 )
 # Not "UnavailableError" alone: the core also raises it for causes (/dev/shm full).

@@ -28,7 +28,10 @@ def test_every_lost_peer_phrase_is_the_cores_own(phrase):
     "UnavailableError: tfring.allreduce 'g' failed on rank 0: lost the connection to rank 1: connection closed by peer",
     "UnavailableError: tfring.allreduce 'g' failed on rank 2: rank 1 exited or closed its connection",
     "UnavailableError: tfring.allreduce 'g' failed on rank 2: rank 1 exited",
-    "UnavailableError: tfring.broadcast 'v' failed on rank 0: timed out waiting for rank 3 (it stalled, ...)",
+    "UnavailableError: tfring.broadcast 'v' failed on rank 0: rank 3 stopped answering for 60 s (it may be ...)",
+    "UnavailableError: tfring.allreduce 'g' failed on rank 0: the collective's time ran out while data from rank 1 "
+    "was still moving (a slow link ...)",
+    "DeadlineExceededError: the rendezvous store of rank 0 at 10.0.0.1:2 stopped answering (no answer in 60 s: ...)",
     "UnavailableError: ... transport was aborted after an earlier failure (first failure, reported by another rank: x)",
     "UnavailableError: rendezvous store at 10.0.0.1:2 closed the connection (rank 0 exited, or it refused ...)",
 ])
@@ -63,7 +66,7 @@ def test_a_lost_peer_that_exits_first_is_not_blamed():
 
 
 def test_a_rank_stopped_by_the_launcher_is_blamed_only_when_nothing_else_is():
-    lost = "UnavailableError: timed out waiting for rank 1"
+    lost = "UnavailableError: rank 1 stopped answering for 60 s"
     cause, others = first_failure.blame([_end(0, 1, 1.0, [lost]), _end(1, None, math.inf, stopped=True)])
     assert (cause.rank, others) == (0, [1])
 

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,10 @@
 #include "engine/request_digest.h"
 
 namespace tfring {
+namespace {
+// The longest a failing rank spends reporting its failure to the rendezvous store.
+constexpr double kReportSeconds = 2.0;
+}  // namespace
 
 Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store)
     : config_(config),
@@ -89,6 +94,7 @@ void Engine::execute(Request& r) {
     if (timeline_.on()) trace(r, began);
     r.done(Status());
   } catch (const PeerError& e) {
+    stall_.end();  // the watch leaves the store to the failure's report
     r.done(fail(std::string("tfring.") + kindName(r.kind) + " '" + r.name + "' failed on rank " +
                     std::to_string(config_.rank) + ": " + e.what(),
                 e.rank()));
@@ -256,16 +262,27 @@ Status Engine::fail(const std::string& what, int peer) {
   std::string message = what;
   if (store_) {
     // Leave the first failure's reason for the other ranks, or read the one already there: a rank
-    // whose neighbour merely aborted learns which rank really failed.
+    // whose neighbour merely aborted learns which rank really failed. Briefly: the store answers
+    // in milliseconds unless rank 0 stopped answering, and the collective's timeout should bound
+    // how long a failing rank takes to exit.
+    const Deadline report = Deadline::after(std::min(config_.storeRequestTimeout, kReportSeconds));
     try {
       std::string prior;
-      if (store_->tryGet("abort", &prior)) {
+      if (store_->tryGet("abort", &prior, report)) {
         message += " (first failure, reported by another rank: " + prior + ")";
       } else {
-        store_->set("abort", what);
+        store_->set("abort", what, report);
       }
-    } catch (const std::exception&) {
-      if (peer != 0 && config_.rank != 0) message += " (the rendezvous store on rank 0 is gone too)";
+    } catch (const std::exception& e) {
+      // On rank 0 the store is its own. Elsewhere a request it did not answer in time says that
+      // rank 0 stopped answering; a closed connection, that it exited.
+      const auto* error = dynamic_cast<const Error*>(&e);
+      if (config_.rank != 0 && error && error->code() == Code::kDeadlineExceeded) {
+        message += peer == 0 ? " (its rendezvous store stopped answering too)"
+                             : " (the rendezvous store on rank 0 stopped answering too)";
+      } else if (config_.rank != 0 && peer != 0) {
+        message += " (the rendezvous store on rank 0 is gone too)";
+      }
     }
   }
   rings_.abort();

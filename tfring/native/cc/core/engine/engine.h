@@ -9,8 +9,10 @@
 // A grouped allreduce is cut into fused passes
 // (fusion_plan.h). A peer that dies or stalls fails the collective with kUnavailable naming the
 // rank, and from then on every pending and future collective fails at once: the ring cannot heal,
-// and waiting would only hang. A collective that waits longer than stall_warning logs which ranks
-// have not submitted it (stall_watch.h). With a timeline (timeline.h) every collective is traced.
+// and waiting would only hang. A failure takes at most the collective's timeout and a couple of
+// seconds to report, also when rank 0 (and with it the rendezvous store) stopped answering.
+// A collective that waits longer than stall_warning logs which ranks have not submitted it
+// (stall_watch.h). With a timeline (timeline.h) every collective is traced.
 #pragma once
 
 #include <condition_variable>

@@ -1,5 +1,6 @@
 #include "engine/request_digest.h"
 
+#include <cctype>
 #include <cstdint>
 #include <sstream>
 
@@ -87,6 +88,48 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// Words of op names that name what a model trains: Keras' weights, layers and optimizers
+// ("dense_1/kernel", "sequential_conv2d_bias", "SGD/momentum"), matched against the name's words
+// ("conv" by its prefix, as in "conv2d").
+bool namesModelState(const std::string& name) {
+  static const char* const kWords[] = {
+      "kernel", "bias", "gamma", "beta", "moving", "embeddings", "weights",                      // weights
+      "dense", "embedding", "lstm", "gru", "rnn", "normalization", "attention", "layer",         // layers
+      "optimizer", "momentum", "velocity", "sgd", "adam", "adamw", "nadam", "adamax", "rmsprop",  // optimizers
+      "adagrad", "adadelta", "ftrl", "lamb", "lars", "lion"};
+  std::string word;
+  auto matches = [&word] {
+    if (word.rfind("conv", 0) == 0) return true;
+    for (const char* w : kWords) {
+      if (word == w) return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i <= name.size(); ++i) {
+    const unsigned char c = i < name.size() ? static_cast<unsigned char>(name[i]) : ' ';
+    if (std::isalnum(c)) {
+      word += static_cast<char>(std::tolower(c));
+      continue;
+    }
+    if (!word.empty() && matches()) return true;
+    word.clear();
+  }
+  return false;
+}
+
+// Why the ranks passed different requests, from the two op names: ranks whose collectives are
+// named after weights, layers or optimizers train different things; other names cannot tell,
+// and ranks that ran different numbers of steps reach different collectives.
+std::string likelyCause(const std::string& name0, const std::string& namek, bool headsDiffer) {
+  if (namesModelState(name0) && namesModelState(namek)) {
+    return " (the op names say the ranks train different models or optimizers: compare the layers, "
+           "variables and optimizer each rank builds)";
+  }
+  if (!headsDiffer) return "";
+  return " (if this is not a bug in the program, the ranks are out of step: did they run different numbers of "
+         "steps, e.g. on datasets of different sizes?)";
+}
+
 }  // namespace
 
 std::string mismatchMessage(const Request& r, const std::vector<std::string>& all) {
@@ -107,8 +150,7 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
                          "': ranks passed different inputs: ";
     if (first[0] != other[0]) {
       return prefix + "rank 0 called " + first[0] + " ('" + name0 + "') but rank " + std::to_string(k) + " called " +
-             other[0] + " ('" + namek + "') (if this is not a bug in the program, the ranks are out of step: did " +
-             "they run different numbers of steps, e.g. on datasets of different sizes?)";
+             other[0] + " ('" + namek + "')" + likelyCause(name0, namek, true);
     }
     for (size_t i = 1; i < first.size() && i < other.size(); ++i) {
       if (first[i] != other[i] && first[i].rfind("passes:", 0) == 0) {
@@ -116,7 +158,7 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
       }
       if (first[i] != other[i]) {
         return prefix + "tensor " + std::to_string(i - 1) + " has shape " + first[i] + " on rank 0 but " +
-               other[i] + " on rank " + std::to_string(k);
+               other[i] + " on rank " + std::to_string(k) + likelyCause(name0, namek, false);
       }
     }
   }

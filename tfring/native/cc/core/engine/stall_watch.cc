@@ -82,11 +82,15 @@ void StallWatch::loop() {
 void StallWatch::check(std::unique_lock<std::mutex>& lock) {
   const double waited = std::chrono::duration<double>(Clock::now() - began_).count();
   const uint64_t index = index_;
+  // The watch never talks to the store past the collective's own deadline: a store that stopped
+  // answering (rank 0 stopped) must not hold up the failure's report or the shutdown after it.
+  const Deadline until(began_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_)));
+  if (until.expired()) return;
   if (!marked_ && waited >= std::min(kMarkAfter, warnAfter_ / 10)) {
     marked_ = true;
     lock.unlock();
     try {
-      store_->set(key(index, rank_), "1");
+      store_->set(key(index, rank_), "1", until);
     } catch (const std::exception&) {
       // The store is gone (rank 0 died): the collective itself will fail and say so.
     }
@@ -97,7 +101,7 @@ void StallWatch::check(std::unique_lock<std::mutex>& lock) {
   ++warnings_;
   const std::string what = summarizeRequest(*running_);
   lock.unlock();
-  const std::string missing = missingRanks(index);
+  const std::string missing = missingRanks(index, until);
   if (stopping()) return;  // the engine is shutting down: say nothing, keep no lock
   char head[160];
   std::snprintf(head, sizeof(head), "tfring: rank %d has waited %.0f s (of %.0f s) in collective #%llu, ", rank_,
@@ -106,12 +110,12 @@ void StallWatch::check(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-std::string StallWatch::missingRanks(uint64_t index) {
+std::string StallWatch::missingRanks(uint64_t index, Deadline until) {
   std::vector<int> missing;
   try {
     for (int k = 0; k < size_ && !stopping(); ++k) {
       std::string value;
-      if (k != rank_ && !store_->tryGet(key(index, k), &value)) missing.push_back(k);
+      if (k != rank_ && !store_->tryGet(key(index, k), &value, until)) missing.push_back(k);
     }
   } catch (const std::exception& e) {
     return std::string("the rendezvous store cannot say which ranks are missing (") + e.what() + ")";

@@ -6,7 +6,9 @@
 // `warnAfter` after that until the collective ends or the hard timeout fails it, it logs the
 // collective (kind, name, tensor count, first shapes) and the ranks without a key: those have not
 // reached it (or reached it within the last second). Collectives shorter than that never touch
-// the store; the engine thread only marks begin/end.
+// the store; the engine thread only marks begin/end. No request to the store outlives the
+// collective's timeout, so a store that stopped answering holds up neither the failure nor the
+// shutdown.
 #pragma once
 
 #include <chrono>
@@ -38,8 +40,9 @@ class StallWatch {
   void loop();
   // One look at the running collective: marks it in the store, or logs, when due.
   void check(std::unique_lock<std::mutex>& lock);
-  // Reads the other ranks' keys; gives up (with any answer) once the watch is stopping.
-  std::string missingRanks(uint64_t index);
+  // Reads the other ranks' keys; gives up (with any answer) once the watch is stopping, or the
+  // store has not answered by `until`.
+  std::string missingRanks(uint64_t index, Deadline until);
   bool stopping();
 
   const int rank_, size_;

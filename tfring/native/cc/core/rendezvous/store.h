@@ -22,11 +22,24 @@ class Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // Returns the value if the key exists, without waiting.
   virtual bool tryGet(const std::string& key, std::string* value) = 0;
+  // The same requests, given up at `deadline` when that comes before the store's own limit (a
+  // failing rank's last words must not wait a whole request timeout on a store that stopped
+  // answering). A store that always answers at once has nothing to give up: these call the above.
+  virtual void set(const std::string& key, const std::string& value, Deadline deadline) {
+    (void)deadline;
+    set(key, value);
+  }
+  virtual bool tryGet(const std::string& key, std::string* value, Deadline deadline) {
+    (void)deadline;
+    return tryGet(key, value);
+  }
 };
 
 // In-memory store shared by thread-ranks in one process (tests).
 class HashStore : public Store {
  public:
+  using Store::set;
+  using Store::tryGet;
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Deadline deadline) override;
   int64_t add(const std::string& key, int64_t delta) override;
@@ -54,6 +67,12 @@ class PrefixStore : public Store {
   }
   bool tryGet(const std::string& key, std::string* value) override {
     return store_->tryGet(prefix_ + "/" + key, value);
+  }
+  void set(const std::string& key, const std::string& value, Deadline deadline) override {
+    store_->set(prefix_ + "/" + key, value, deadline);
+  }
+  bool tryGet(const std::string& key, std::string* value, Deadline deadline) override {
+    return store_->tryGet(prefix_ + "/" + key, value, deadline);
   }
 
  private:

@@ -61,8 +61,37 @@ TcpStore::TcpStore(const std::string& host, int port, std::string secret, double
   add("__hello__", 1);
 }
 
+Deadline TcpStore::requestDeadline(Deadline deadline) const {
+  const Deadline own = Deadline::after(requestTimeout_);
+  return deadline.time() < own.time() ? deadline : own;
+}
+
 std::string TcpStore::call(const std::string& req, Deadline deadline) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // Our turn on the connection, waited for no longer than the deadline (a condition variable
+  // rather than a timed mutex, whose timed lock ThreadSanitizer does not follow).
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!turn_.wait_until(lock, deadline.time(), [this] { return !busy_; })) {
+      throw Error(Code::kDeadlineExceeded, "rendezvous store at " + where_ +
+                                               ": another request of this rank still waits for its answer");
+    }
+    if (!unanswered_.empty()) throw Error(Code::kDeadlineExceeded, unanswered_);
+    if (deadline.expired()) {  // nothing sent: the connection stays usable
+      throw Error(Code::kDeadlineExceeded, "rendezvous store at " + where_ + ": no time left for a request");
+    }
+    busy_ = true;
+  }
+  struct Turn {
+    TcpStore* store;
+    ~Turn() {
+      {
+        std::lock_guard<std::mutex> lock(store->mu_);
+        store->busy_ = false;
+      }
+      store->turn_.notify_one();
+    }
+  } turn{this};
+  const auto start = Clock::now();
   try {
     writeFrame(sock_, secret_, nonce_, sendSeq_++, req, deadline);
     std::string reply;
@@ -75,11 +104,26 @@ std::string TcpStore::call(const std::string& req, Deadline deadline) {
     throw Error(Code::kUnavailable,
                 "rendezvous store at " + where_ +
                     " closed the connection (rank 0 exited, or it refused our job secret): " + e.what());
+  } catch (const Error& e) {
+    if (e.code() != Code::kDeadlineExceeded) throw;
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.0f", std::chrono::duration<double>(Clock::now() - start).count());
+    const std::string why = "the rendezvous store of rank 0 at " + where_ + " stopped answering (no answer in " +
+                            seconds + " s: rank 0 may be stopped, swapped out or hung); this rank asks it nothing more";
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unanswered_ = why;
+    }
+    throw Error(Code::kDeadlineExceeded, why + " (" + e.what() + ")");
   }
 }
 
 void TcpStore::set(const std::string& key, const std::string& value) {
   call(encodeRequest('S', key, value), Deadline::after(requestTimeout_));
+}
+
+void TcpStore::set(const std::string& key, const std::string& value, Deadline deadline) {
+  call(encodeRequest('S', key, value), requestDeadline(deadline));
 }
 
 std::string TcpStore::get(const std::string& key, Deadline deadline) {
@@ -98,9 +142,13 @@ std::string TcpStore::get(const std::string& key, Deadline deadline) {
 }
 
 bool TcpStore::tryGet(const std::string& key, std::string* value) {
+  return tryGet(key, value, Deadline::after(requestTimeout_));
+}
+
+bool TcpStore::tryGet(const std::string& key, std::string* value, Deadline deadline) {
   std::string rest;
   putU32(&rest, 0);
-  std::string reply = call(encodeRequest('G', key, rest), Deadline::after(requestTimeout_));
+  std::string reply = call(encodeRequest('G', key, rest), requestDeadline(deadline));
   if (reply.empty() || reply[0] != 'K') return false;
   *value = reply.substr(1);
   return true;

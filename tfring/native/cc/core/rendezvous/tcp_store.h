@@ -2,6 +2,7 @@
 // TcpStoreServer (tcp_store_server.h) through one TcpStore. Wire format: store_frame.h.
 #pragma once
 
+#include <condition_variable>
 #include <mutex>
 #include <string>
 
@@ -15,17 +16,29 @@ class TcpStore : public Store {
  public:
   // Connects (retrying until `connectDeadline`: the server may not be up yet) and checks that the
   // server knows the secret. Each request then gets `requestTimeout` seconds to be answered (a get
-  // asks again until its own deadline).
+  // asks again until its own deadline), or less where the caller gives a deadline.
+  //
+  // A request that went out and got no answer in time leaves the connection unusable (its late
+  // answer would be read as the next request's), and means rank 0 stopped answering: every later
+  // request fails at once, saying so, rather than waiting out another timeout. Requests take turns
+  // on the one connection; waiting for one's turn counts against the deadline.
   TcpStore(const std::string& host, int port, std::string secret, double requestTimeout, Deadline connectDeadline);
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Deadline deadline) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool tryGet(const std::string& key, std::string* value) override;
+  void set(const std::string& key, const std::string& value, Deadline deadline) override;
+  bool tryGet(const std::string& key, std::string* value, Deadline deadline) override;
 
  private:
   std::string call(const std::string& request, Deadline deadline);
+  // `deadline`, or the request timeout from now when that comes first.
+  Deadline requestDeadline(Deadline deadline) const;
 
-  std::mutex mu_;
+  std::mutex mu_;                // guards busy_ and unanswered_
+  std::condition_variable turn_;  // a request ended: the next may use the connection
+  bool busy_ = false;             // a request is on the connection
+  std::string unanswered_;        // why this connection is no longer used ("" while it is)
   std::string secret_;
   double requestTimeout_;
   Socket sock_;

@@ -104,6 +104,8 @@ namespace {
 // requests are slowed so that any of them still inside the rendezvous is caught there.
 class StoreOfRankZero : public Store {
  public:
+  using Store::set;  // the deadline overloads call these
+  using Store::tryGet;
   StoreOfRankZero(std::shared_ptr<Store> inner, std::shared_ptr<std::atomic<bool>> gone, int rank)
       : inner_(std::move(inner)), gone_(std::move(gone)), rank_(rank) {}
   void set(const std::string& key, const std::string& value) override { reach()->set(key, value); }
@@ -182,6 +184,8 @@ namespace {
 // request for a key containing `fatal`.
 class StoreThatDiesAt : public Store {
  public:
+  using Store::set;  // the deadline overloads call these
+  using Store::tryGet;
   StoreThatDiesAt(std::shared_ptr<Store> inner, std::string fatal)
       : inner_(std::move(inner)), fatal_(std::move(fatal)) {}
   void set(const std::string& key, const std::string& value) override { reach(key)->set(key, value); }

@@ -1,5 +1,7 @@
 // The engine: fusion, validation across ranks, staged (device) tensors, and the failure paths
 // (dead or stalled peer).
+#include <cstdio>
+
 #include "engine/engine.h"
 #include "tests/ring_helpers.h"
 
@@ -162,10 +164,101 @@ TEST(engine_stalled_peer_times_out) {
       Status s = call(e, allreduceOf(ts));
       double took = std::chrono::duration<double>(Clock::now() - start).count();
       CHECK(!s.ok());
-      CHECK(s.message.find("timed out waiting for rank 1") != std::string::npos);
+      CHECK(s.message.find("rank 1 stopped answering for 1 s (it may be stopped, swapped out or hung") !=
+            std::string::npos);
       CHECK(took >= 0.9 && took < 5);
     });
   }
+}
+
+namespace {
+
+// What a rank sees of the rendezvous store once rank 0 is stopped (SIGSTOP, swapped out): after
+// freeze() no request is answered; each one waits until its deadline, or for `kUnanswered`
+// seconds (TcpStore's store_request_timeout) when it has none, then fails.
+class FreezableStore : public Store {
+ public:
+  static constexpr double kUnanswered = 8;
+  explicit FreezableStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void freeze() { frozen_ = true; }
+  void set(const std::string& key, const std::string& value) override {
+    hang(Deadline::after(kUnanswered));
+    inner_->set(key, value);
+  }
+  std::string get(const std::string& key, Deadline deadline) override {
+    hang(deadline);
+    return inner_->get(key, deadline);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    hang(Deadline::after(kUnanswered));
+    return inner_->add(key, delta);
+  }
+  bool tryGet(const std::string& key, std::string* value) override {
+    hang(Deadline::after(kUnanswered));
+    return inner_->tryGet(key, value);
+  }
+  void set(const std::string& key, const std::string& value, Deadline deadline) override {
+    hang(deadline);
+    inner_->set(key, value);
+  }
+  bool tryGet(const std::string& key, std::string* value, Deadline deadline) override {
+    hang(deadline);
+    return inner_->tryGet(key, value);
+  }
+
+ private:
+  void hang(Deadline deadline) {
+    if (!frozen_) return;
+    const Deadline mine = Deadline::after(kUnanswered);
+    std::this_thread::sleep_until(std::min(deadline.time(), mine.time()));
+    throw Error(Code::kDeadlineExceeded, "the store did not answer");
+  }
+  std::shared_ptr<Store> inner_;
+  std::atomic<bool> frozen_{false};
+};
+
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+// Rank 0 is stopped (SIGSTOP) mid-job, and with it the rendezvous store it serves: rank 1's
+// collective fails within its timeout and a little more (the failure's report to the store is
+// short), saying that rank 0 stopped answering, and the engine shuts down at once although its
+// stall watch was talking to the unanswering store when the collective failed (issue 33, item 10).
+TEST(engine_frozen_peer_and_store_bound_the_failure_and_the_shutdown) {
+  auto shared = std::make_shared<HashStore>();
+  std::string job = uniqueJob();
+  std::atomic<bool> done{false};
+  spawn(2, [&](int r) {
+    Config c = rankConfig(r, 2, allModes()[1], job);
+    c.collectiveTimeout = 1;
+    c.stallWarning = 10;  // the default: marks the store after 1 s
+    auto ps = std::make_shared<PrefixStore>(job, shared);
+    auto store = std::make_shared<FreezableStore>(ps);
+    auto e = std::make_unique<Engine>(c, connectRing(c, *ps), store);
+    storeBarrier(*ps, "engines-up", r, 2, Deadline::after(30));
+    if (r == 0) {  // frozen: never submits, keeps its connections open until rank 1 is done
+      for (auto until = Deadline::after(30); !done && !until.expired();) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return;
+    }
+    store->freeze();
+    std::vector<std::vector<float>> ts = {std::vector<float>(100, 1.0f)};
+    auto start = Clock::now();
+    Status s = call(*e, allreduceOf(ts));
+    const double failedAfter = secondsSince(start);
+    auto stopping = Clock::now();
+    e.reset();
+    const double shutdownTook = secondsSince(stopping);
+    done = true;
+    std::fprintf(stderr, "failed after %.1f s, shut down in %.1f s: %s\n", failedAfter, shutdownTook, s.message.c_str());
+    CHECK(!s.ok());
+    CHECK(failedAfter < c.collectiveTimeout + 3);
+    CHECK(shutdownTook < 1);
+    CHECK(s.message.find("rank 0 stopped answering for 1 s (it may be stopped, swapped out or hung") !=
+          std::string::npos);
+  });
 }
 
 // A stand-in for cuda/pinned_staging: the tensors are "elsewhere" (the engine must not touch

@@ -1,6 +1,7 @@
 // One contract for every store (HashStore, TcpStore through a server), plus the HMAC refusal.
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -103,6 +104,42 @@ TEST(tcp_store_request_gives_up_after_the_configured_timeout) {
   CHECK_THROWS(TcpStore("127.0.0.1", listener.port(), "s", 0.3, Deadline::after(5)), "timed out");
   CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 1.2);
   silent.join();
+}
+
+// A store that answered once and then stops answering (rank 0 stopped): the request that timed
+// out leaves the connection unusable (its late reply would answer the next request), so every
+// later request fails at once, saying the store stopped answering, instead of waiting again.
+TEST(tcp_store_stops_asking_a_store_that_stopped_answering) {
+  Socket listener = Socket::listen("127.0.0.1", 0);
+  std::atomic<bool> done{false};
+  std::thread frozen([&] {
+    Socket s = listener.accept(Deadline::after(5));
+    std::string nonce(kNonceBytes, 'n');
+    s.sendAll(nonce.data(), nonce.size(), Deadline::after(5));
+    uint32_t len = 0;
+    s.recvAll(&len, 4, Deadline::after(5));  // the hello: answered
+    std::string rest(len + kMacBytes, '\0');
+    s.recvAll(&rest[0], rest.size(), Deadline::after(5));
+    std::string hello = encodeFrame("s", nonce, 1, "K1");
+    s.sendAll(hello.data(), hello.size(), Deadline::after(5));
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // then nothing
+  });
+  struct Joined {
+    std::atomic<bool>& done;
+    std::thread& t;
+    ~Joined() {
+      done = true;
+      t.join();
+    }
+  } joined{done, frozen};
+  TcpStore store("127.0.0.1", listener.port(), "s", 1.0, Deadline::after(5));
+  auto start = Clock::now();
+  CHECK_THROWS(store.set("a", "1"), "timed out");
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() >= 0.9);
+  start = Clock::now();
+  std::string v;
+  CHECK_THROWS(store.tryGet("a", &v), "stopped answering");
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 0.5);
 }
 
 // ---- Hostile clients (issue 11): churn, idle and oversized connections must not hurt the server.

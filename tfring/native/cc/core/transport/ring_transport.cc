@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <poll.h>
 
+#include <chrono>
+#include <cstdio>
 #include <vector>
 
 namespace tfring {
@@ -11,6 +13,9 @@ namespace {
 constexpr int kDoorbellSleepMs = 50;  // a futex sleep also ends on a ring, so this only bounds checks
 constexpr int kPollSliceMs = 200;     // sockets only: poll ends when one is ready
 constexpr int kMixedSliceMs = 1;      // doorbell and sockets: neither can wake the other
+// A peer from which nothing moved for this long when the collective's time ran out has stopped
+// answering; one that moved later was merely slow.
+constexpr double kQuietSeconds = 0.5;
 
 [[noreturn]] void throwAborted() { throw PeerError(-1, "transport was aborted after an earlier failure"); }
 
@@ -46,27 +51,39 @@ void RingTransport::sendRecv(const IoList& send, const RecvTarget& recv, Deadlin
   if (aborted_) throwAborted();
   toRight_->start(send);
   fromLeft_->start(recv);
+  Clock::time_point lastMoved = Clock::now();
   for (;;) {
     // Read before looking at the links: a ring after this read ends the sleep below at once.
     const uint32_t seen = doorbell_ ? doorbell_->load(std::memory_order_acquire) : 0;
     if (toRight_->done() && fromLeft_->done()) return;
     bool progressed = toRight_->progress();
     progressed |= fromLeft_->progress();
-    if (!progressed) wait(seen, deadline);
+    if (progressed) {
+      lastMoved = Clock::now();
+    } else {
+      wait(seen, deadline, lastMoved);
+    }
   }
 }
 
-void RingTransport::wait(uint32_t seen, Deadline deadline) {
+void RingTransport::wait(uint32_t seen, Deadline deadline, Clock::time_point lastMoved) {
   if (aborted_) throwAborted();
   if (sleepUntilWoken(seen, deadline)) return;
   if (aborted_) throwAborted();
   checkPeers();
-  if (deadline.expired()) {
-    const int waitingOn = fromLeft_->done() ? right_ : left_;
-    throw PeerError(waitingOn, "timed out waiting for rank " + std::to_string(waitingOn) +
-                                   " (it stalled, or the ranks are out of step: different numbers of steps or "
-                                   "collectives, e.g. datasets of different sizes)");
+  if (!deadline.expired()) return;
+  const int waitingOn = fromLeft_->done() ? right_ : left_;
+  const double quiet = std::chrono::duration<double>(Clock::now() - lastMoved).count();
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.0f", quiet);
+  // Nothing tells a stopped process from a hung or a busy one: a peer in its own code, out of
+  // step with this rank, never comes to this collective either.
+  if (quiet >= kQuietSeconds) {
+    throw PeerError(waitingOn, "rank " + std::to_string(waitingOn) + " stopped answering for " + seconds +
+                                   " s (it may be stopped, swapped out or hung, or busy outside tfring's collectives)");
   }
+  throw PeerError(waitingOn, "the collective's time ran out while data from rank " + std::to_string(waitingOn) +
+                                 " was still moving (a slow link or a very large collective: raise TFRING_TIMEOUT)");
 }
 
 bool RingTransport::sleepUntilWoken(uint32_t seen, Deadline deadline) {

@@ -31,8 +31,9 @@ class RingTransport : public Transport {
 
  private:
   // Sleeps until a link may move again; throws PeerError when a neighbour is gone or the
-  // deadline passed, naming the neighbour this rank waits on.
-  void wait(uint32_t seen, Deadline deadline);
+  // deadline passed, naming the neighbour this rank waits on and how long nothing moved since
+  // `lastMoved`.
+  void wait(uint32_t seen, Deadline deadline, Clock::time_point lastMoved);
   bool sleepUntilWoken(uint32_t seen, Deadline deadline);
   void checkPeers() const;
 
