@@ -70,13 +70,11 @@ test: lint test-core test-python
 
 # The newest TensorFlow (CI: TF=2.21), where what changes is TensorFlow itself (its ops, tf.data,
 # tf.function, the op library's ABI; Keras is the same version): every single-process test, and
-# the multi-process tests of the files that exercise TensorFlow directly. The launcher, rendezvous
-# and engine suites (no TensorFlow in them) and the parametrised variants of the same fit paths
-# run on the reference stack only, to keep CI well inside its time.
-TF_FACING := tfring/ops tfring/optimizers tfring/strategy tfring/data tfring/callbacks tfring/native \
-	tests/collectives_test.py tests/ring_strategy_test.py tests/keras_calls_test.py tests/data_pipeline_test.py \
-	tests/checkpointing_test.py tests/graph_mode_test.py tests/sparse_gradients_test.py \
-	tests/accumulation_test.py tests/early_reduction_test.py tests/readme_test.py
+# the multi-process tests of fit (every data and optimizer path), the collective ops and Keras'
+# own calls. The launcher, rendezvous and engine suites (no TensorFlow in them) and the variants of
+# the same fit paths (early reduction, buckets, uneven batches...) run on the reference stack only,
+# to keep CI inside its time.
+TF_FACING := tests/ring_strategy_test.py tests/collectives_test.py tests/keras_calls_test.py
 test-newest-tf:
 	$(MAKE) env TF=2.21
 	.venv-tf2.21/bin/python -m pytest -q -m "not multiprocess and not emulated_hosts and not slurm and not spark"
@@ -122,8 +120,9 @@ test-cuda:
 	else echo "test-cuda: no GPU here: the CUDA kernels and their harnesses were compiled, not run"; fi
 
 # The op library as built by a GPU build of TensorFlow: nvcc compiles the CUDA kernels, the
-# GOOGLE_CUDA kernels register on DEVICE_GPU, the library links and loads, and the op, LARS and
-# collective tests pass against it (on the CPU: no GPU needed). Skipped where there is no nvcc.
+# GOOGLE_CUDA kernels register on DEVICE_GPU, the library links and loads, and the single-process
+# op and LARS tests pass against it (on the CPU: no GPU needed; the multi-process collective tests
+# run on the CPU build in make test). Skipped where there is no nvcc.
 GPU_VENV := .venv-gpu-build
 test-gpu-build:
 	@if ! command -v $(NVCC) >/dev/null 2>&1; then echo "test-gpu-build: no nvcc here: skipped"; exit 0; fi; \
@@ -135,7 +134,7 @@ test-gpu-build:
 	from tensorflow.python.framework import kernels as k; assert _library.has_gpu_kernels(), 'no GPU kernels built'; \
 	print('GPU kernels:', {op: sorted({d.device_type for d in k.get_registered_kernels_for_op(op).kernel}) \
 	for op in ('TfringAllreduce', 'TfringBroadcast', 'TfringLarsUpdate')})"; \
-	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -m pytest -q tfring/ops tfring/optimizers tests/collectives_test.py
+	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -m pytest -q -m "not multiprocess" tfring/ops tfring/optimizers
 
 # Benchmarks are not tests: they print measured tables (see README).
 bench-deps: env
