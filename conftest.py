@@ -10,10 +10,13 @@ Markers (pytest.ini lists them):
 Fixtures:
 - `other_user`: a second local user for the hostile-neighbour tests (created with `useradd`,
   removed with `userdel` afterwards whatever happens; needs root, skipped otherwise).
+- `small_disk` / `small_disk_for_module`: `mount(size)` mounts a tmpfs of `size` (e.g. "64k") in a
+  new folder and returns it, for full-disk tests; unmounted afterwards (needs root, skipped otherwise).
 """
 
 import os
 import pwd
+import contextlib
 import secrets
 import shutil
 import subprocess
@@ -94,3 +97,37 @@ def other_user():
     finally:
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, timeout=30)
         subprocess.run(["userdel", "--force", name], capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def _small_disks(make_folder):
+    """Yields `mount(size, mode="0700")`; unmounts every tmpfs it mounted on the way out."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to mount a small tmpfs")
+    mounted = []
+
+    def mount(size, mode="0700"):
+        folder = make_folder()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(folder)],
+                       check=True, timeout=30)
+        mounted.append(folder)
+        return folder
+
+    try:
+        yield mount
+    finally:
+        for folder in mounted:
+            subprocess.run(["umount", "-l", str(folder)], timeout=30)
+
+
+@pytest.fixture
+def small_disk(tmp_path_factory):
+    with _small_disks(lambda: tmp_path_factory.mktemp("small")) as mount:
+        yield mount
+
+
+@pytest.fixture(scope="module")
+def small_disk_for_module(tmp_path_factory):
+    """As `small_disk`, mounted for a whole module (before a module-scoped fixture that needs it)."""
+    with _small_disks(lambda: tmp_path_factory.mktemp("small")) as mount:
+        yield mount

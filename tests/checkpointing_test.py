@@ -126,20 +126,6 @@ def test_a_kill_inside_the_backup_write_resumes_exactly(tmp_path):
     np.testing.assert_allclose(np.load(resumed / "final0.npy"), np.load(straight / "final0.npy"), rtol=0, atol=1e-6)
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 KiB tmpfs (root only), unmounted afterwards."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("needs root to mount a small tmpfs")
-    folder = tmp_path / "small"
-    folder.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True, timeout=30)
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], timeout=30)
-
-
 # A model whose saves (~0.5 MB) are larger than the small disk.
 SAVES = r'''
 import os
@@ -179,6 +165,7 @@ print("END")
 
 
 def test_a_full_tmpdir_does_not_fail_a_save(tmp_path, small_disk):
+    small_disk = small_disk("64k", mode="1777")
     # Issue 33, item 12: ranks > 0 wrote a throwaway copy of every save into $TMPDIR.
     (small_disk / "filler").write_bytes(b"x" * (60 << 10))  # almost nothing left
     out = tmp_path / "out"
@@ -192,6 +179,7 @@ def test_a_full_tmpdir_does_not_fail_a_save(tmp_path, small_disk):
 
 
 def test_a_full_disk_fails_every_rank_alike_naming_the_users_path(tmp_path, small_disk):
+    small_disk = small_disk("64k", mode="1777")
     # Issue 33, item 12: rank 0's HDF5 write error named tfring's partial file, the other rank
     # failed elsewhere, and the process ended in SIGSEGV. Now every rank gets the same Python error.
     proc = run_job(2, SAVES, env={"OUT": str(small_disk)}, timeout=120)

@@ -3,7 +3,6 @@ each host copies, every rank reads the local copy, and a second job reuses it; a
 too small fails every rank of the job at once."""
 
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -67,18 +66,13 @@ except Exception as e:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def small_disk(tmp_path_factory):
+def h1_disk(small_disk_for_module):
     """A 64 KiB tmpfs, mounted before the emulated hosts start (their mount namespaces copy the
-    mounts of that moment), unmounted afterwards."""
-    folder = tmp_path_factory.mktemp("small")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(folder)], check=True, timeout=30)
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], timeout=30)
+    mounts of that moment)."""
+    return small_disk_for_module("64k")
 
 
-def test_a_full_disk_on_one_host_fails_every_rank_at_once(two_hosts, tmp_path, small_disk):  # noqa: F811
+def test_a_full_disk_on_one_host_fails_every_rank_at_once(two_hosts, tmp_path, h1_disk):  # noqa: F811
     # Issue 33, item 11: h1's disk is too small. Its waiting rank, and the rank of h0 (whose copy
     # worked), learn it through the job within seconds instead of waiting out `timeout`.
     from tfring.data.writer import write_tfrecords
@@ -86,7 +80,7 @@ def test_a_full_disk_on_one_host_fails_every_rank_at_once(two_hosts, tmp_path, s
     np.save(tmp_path / "v.npy", np.arange(3000, dtype="int64").reshape(1000, 3))
     write_tfrecords(str(tmp_path / "v.npy"), str(tmp_path / "shared" / "train"), num_shards=40, progress=False)
     (tmp_path / "local").mkdir(mode=0o700)
-    os.symlink(small_disk, tmp_path / "local" / "h1")  # h1's local disk
+    os.symlink(h1_disk, tmp_path / "local" / "h1")  # h1's local disk
     (tmp_path / "local" / "h0").mkdir(mode=0o700)
     env = {"DATA": str(tmp_path / "shared" / "train"), "ROOT": str(tmp_path / "local")}
     proc = launch(two_hosts, (1, 2), FULL, env=env, timeout=240)

@@ -4,7 +4,6 @@ folders, two jobs on one folder, and the job's status rounds (ranks simulated by
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 
@@ -304,23 +303,10 @@ def test_bad_arguments(tmp_path, dataset, one_rank):
         staging.stage(str(tmp_path / "nothing"), str(tmp_path / "local"))
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 128 KiB tmpfs (root only), unmounted afterwards."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("needs root to mount a small tmpfs")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k,mode=0700", "tmpfs", str(mount)], check=True, timeout=30)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], timeout=30)
-
-
 def test_a_full_disk_is_seen_in_blocks_and_a_copy_that_fills_it_leaves_nothing(tmp_path, one_rank, small_disk,
                                                                                 monkeypatch):
     # Issue 33, item 11: 40 small shards pass a check of bytes but need 40 blocks.
+    small_disk = small_disk("128k")
     dataset = _write(tmp_path, rows=40, shards=40)
     with pytest.raises(OSError, match="counted in 4096-byte blocks"):
         staging.stage(dataset, str(small_disk / "local"))
