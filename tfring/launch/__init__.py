@@ -1,7 +1,8 @@
 """Starting a job and finding it again: the `tfring run` launcher and job discovery.
 
-`launcher` starts and supervises the ranks of a job, on this host (`local_rank`) and over ssh on
-others (`remote_rank` here, `remote` at the far end), placed by `hosts` (-H, --hostfile), with
+`launcher` starts the ranks of a job, on this host (`local_rank`) and over ssh on others
+(`remote_rank` here, `remote` at the far end), placed by `hosts` (-H, --hostfile), and
+`supervision` watches them and ends the job (`first_failure`: which rank to blame), with
 their output routed by `output`, the environment they get on other hosts chosen by `forwarding`,
 the addresses they advertise by `addresses`, and what each host runs compared by `versions`.
 With no host list, `allocation` reads the hosts of a PBS or LSF job. `cluster` is the contract

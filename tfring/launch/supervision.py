@@ -1,0 +1,233 @@
+"""How `tfring run` watches the ranks of a job, ends the job, and says how it ended.
+
+The launcher polls every rank until all have ended, it got SIGINT/SIGTERM, or a failure is clear.
+When one rank exits non-zero (or the connection to its host is lost), the others are stopped
+(SIGTERM, then SIGKILL after a grace period: all gone within 5 s) and the launcher exits with the
+code of the rank that failed first, naming it (`first_failure`) in one last line. However the job
+ends, what a rank on this host left running in its process group is ended with it (SIGTERM, then
+SIGKILL after the grace); after a job that succeeded the launcher names those processes, one line
+per rank, and still exits 0. After Ctrl-C the launcher says so once, and hides what the ranks
+write to stderr from then on (their KeyboardInterrupt tracebacks) unless `--all-output`.
+"""
+
+import math
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from tfring.launch import first_failure
+from tfring.launch import local_rank
+from tfring.launch import remote_rank
+
+KILL_GRACE_SECONDS = 4.0
+POLL_SECONDS = 0.05
+# How long a failure that reads as a lost peer waits for the rank that caused it to fail too (a
+# rank that raised may exit after its neighbour noticed its closed connection).
+CAUSE_GRACE_SECONDS = 3.0
+# How long the launcher waits for a rank's last stderr lines once it has exited.
+STDERR_EOF_SECONDS = 1.0
+
+
+class Supervisor:
+    """Watches the ranks of a job until it ends, stops what is left of it, and says how it ended.
+
+    Args:
+        ranks: rank -> `local_rank.LocalRank` or `remote_rank.RemoteRank`: the job's own dict,
+            which the job fills as it starts the ranks.
+        output: the job's `output.JobOutput`.
+
+    Example:
+
+    >>> supervisor = Supervisor(ranks, output.JobOutput())
+    >>> signal.signal(signal.SIGINT, supervisor.record_signal)
+    >>> supervisor.follow(0, rank.pump_stdout, rank.pump_stderr)   # as each rank starts
+    >>> supervisor.wait()
+    0
+    """
+
+    def __init__(self, ranks, output):
+        self.ranks = ranks
+        self.output = output
+        self.exits = {}  # rank -> (exit code, time.monotonic() when the exit was first seen)
+        self.signalled = None  # SIGINT/SIGTERM received by the launcher (the handler only records it)
+        self._threads = []
+        self._stderr_pumps = {}  # rank -> the thread reading its stderr
+        self._consequences = {}  # rank -> whether its stderr reads as a lost peer
+
+    def record_signal(self, signum, _frame):
+        """A signal handler: notes the launcher's first SIGINT/SIGTERM in `signalled`."""
+        # Only noted here: the main thread passes it on (writing to ssh from a handler could
+        # interrupt a write the main thread is in the middle of).
+        if self.signalled is None:
+            self.signalled = signum
+
+    def follow(self, r, pump_stdout, pump_stderr):
+        """Copies rank `r`'s output in two threads, until the job's end waits for them.
+
+        Args:
+            r: the rank.
+            pump_stdout, pump_stderr: functions that copy one of its streams, line by line, to
+                the function they are given (`output.pump` bound to a stream, or `RemoteRank`'s).
+        """
+        self._thread(pump_stdout, self.output.stream(r, stdout=True))
+        self._stderr_pumps[r] = self._thread(pump_stderr, self.output.stream(r, stdout=False))
+
+    def _thread(self, target, *args):
+        t = threading.Thread(target=target, args=args, daemon=True)
+        t.start()
+        self._threads.append(t)
+        return t
+
+    def signal_all(self, signum):
+        """Passes `signum` to every rank still running, on every host."""
+        for rank in self.ranks.values():
+            rank.signal(signum)
+
+    def _poll_all(self):
+        """Polls every rank, noting when each exit was first seen; True once all have ended."""
+        now = time.monotonic()
+        for r, rank in self.ranks.items():
+            if r not in self.exits and (code := rank.poll()) is not None:
+                self.exits[r] = (code, now)
+        return len(self.exits) == len(self.ranks)
+
+    def _wait_all(self, seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self._poll_all():
+            time.sleep(POLL_SECONDS)
+
+    def terminate(self):
+        """SIGTERM to every rank, SIGKILL to those still alive after the grace period."""
+        self.signal_all(signal.SIGTERM)
+        self._wait_all(KILL_GRACE_SECONDS)
+        self._kill_all()
+
+    def _kill_all(self):
+        """SIGKILL to every rank (a remote one through its closed channel), then ssh itself."""
+        for rank in self.ranks.values():
+            rank.kill()
+        self._wait_all(remote_rank.SSH_EXIT_GRACE)
+        for rank in self.ranks.values():
+            rank.force()
+            try:
+                rank.wait(remote_rank.SSH_EXIT_GRACE)
+            except subprocess.TimeoutExpired:
+                pass  # stuck in the kernel: nothing more a signal can do
+
+    def _stderr_tail(self, r):
+        """Rank `r`'s last stderr lines, once they have arrived (a helper it left running may hold
+        its stderr open: then what came within `STDERR_EOF_SECONDS`)."""
+        if r in self._stderr_pumps:
+            self._stderr_pumps[r].join(timeout=STDERR_EOF_SECONDS)
+        return self.output.tail(r)
+
+    def _reads_as_consequence(self, r):
+        if r not in self._consequences:  # asked at every poll: its stderr is waited for once
+            self._consequences[r] = first_failure.reads_as_consequence(self._stderr_tail(r))
+        return self._consequences[r]
+
+    def _failure_is_clear(self):
+        """Whether a rank failed by itself, or a lost-peer failure has waited long enough for one."""
+        failed = {r: seen for r, (code, seen) in self.exits.items() if code != 0}
+        if not failed:
+            return False
+        return (any(not self._reads_as_consequence(r) for r in failed) or
+                time.monotonic() - min(failed.values()) > CAUSE_GRACE_SECONDS)
+
+    def _say(self, message):
+        sys.stderr.write(f"tfring run: {message}\n")
+        sys.stderr.flush()
+
+    def _outcome(self):
+        """Polls every rank until all have ended, the launcher got a signal, or a failure is clear."""
+        while not self._poll_all() and self.signalled is None and not self._failure_is_clear():
+            time.sleep(POLL_SECONDS)
+
+    def _end_leftovers(self, report):
+        """Ends what ranks on this host left running in their process groups after they exited
+        (SIGTERM, then SIGKILL `KILL_GRACE_SECONDS` later): nothing of a job outlives it, nor keeps
+        it running by holding a rank's output open. `report`: say so first, one line per rank.
+        (On other hosts `tfring.launch.remote` ends a rank's group when the rank ends.)"""
+        left = {r: rank.leftovers() for r, rank in self.ranks.items() if isinstance(rank, local_rank.LocalRank)}
+        left = {r: members for r, members in left.items() if members}
+        if not left:
+            return
+        if report:
+            for r, members in left.items():
+                self._say(_left_running(r, members))
+        for r in left:
+            self.ranks[r].signal(signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE_SECONDS
+        while any(self.ranks[r].leftovers() for r in left) and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+        for r in left:
+            if self.ranks[r].leftovers():
+                self.ranks[r].kill()
+
+    def _stop_on_signal(self):
+        """Passes the launcher's signal on, kills the ranks still running `KILL_GRACE_SECONDS` later,
+        and says so in one line; returns 0 when every rank then exited 0, else 128+signal."""
+        signum = self.signalled
+        self.output.hide_stderr()
+        self.signal_all(signum)
+        self._wait_all(KILL_GRACE_SECONDS)
+        if len(self.exits) < len(self.ranks):
+            name = signal.Signals(signum).name
+            self._say(f"the ranks did not stop within {KILL_GRACE_SECONDS:g} s of {name}; killing them")
+            self._kill_all()
+        self._end_leftovers(report=False)
+        self._join_output()
+        hidden = self.output.hidden_lines
+        note = f" ({hidden} lines of the ranks' stderr since then hidden; --all-output shows them)" if hidden else ""
+        self._say(f"stopped by {'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name}{note}")
+        clean = len(self.exits) == len(self.ranks) and all(code == 0 for code, _ in self.exits.values())
+        return 0 if clean else 128 + signum
+
+    def _stop_on_failure(self):
+        """Stops the other ranks and names the one that failed first; returns its exit code."""
+        stopping_since = time.monotonic()
+        self.terminate()
+        self._join_output()
+        ends = []
+        for r in self.ranks:
+            code, seen = self.exits.get(r, (None, math.inf))
+            ends.append(first_failure.RankEnd(r, code, seen, seen >= stopping_since, self._stderr_tail(r)))
+        cause, others = first_failure.blame(ends)
+        self._say(first_failure.summary(self.ranks[cause.rank].describe_failure(cause.code), cause.tail, others))
+        return cause.code
+
+    def _join_output(self):
+        """Lets the output threads finish (at most 5 s in all), so the launcher's line comes last."""
+        deadline = time.monotonic() + 5
+        for t in self._threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def wait(self):
+        """Waits for the job to end, and ends what is left of it.
+
+        Returns:
+            The launcher's exit code: 0 when every rank exited 0, else the code of the rank that
+            failed first; after the launcher's signal N, 128+N (0 if every rank then exited 0).
+        """
+        self._outcome()
+        if self.signalled is not None:
+            code = self._stop_on_signal()
+        elif any(code != 0 for code, _ in self.exits.values()):
+            code = self._stop_on_failure()
+        else:
+            code = 0
+            self._end_leftovers(report=True)
+            self._join_output()
+        self.output.close()
+        return code
+
+
+def _left_running(rank, members):
+    """The launcher's line about processes rank `rank` left running, e.g. "(pid 42: sleep)"."""
+    n = len(members)
+    named = ", ".join(f"{pid}: {name}" for pid, name in members[:5]) + (", ..." if n > 5 else "")
+    return (f"rank {rank} left {n} process{'es' if n > 1 else ''} running after it exited "
+            f"({'pids' if n > 1 else 'pid'} {named}); ending {'them' if n > 1 else 'it'} with the job "
+            "(wait for what a rank starts before it exits)")
