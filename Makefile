@@ -10,16 +10,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tfring-installed
 PYTEST_ARGS ?=
 CORE := tfring/native/cc/core
-# The core's rooms (rendezvous/, transport/, algorithms/, engine/) and its top level; tests/ apart.
-CORE_LIB_SRCS := $(shell find $(CORE) -name '*.cc' -not -path '*/tests/*' | sort)
+# The core's rooms (its top level, rendezvous/, transport/, algorithms/, engine/; tests/ apart), as
+# build.py lists them once for the op library and setup.py (standard library only: any python3).
+CORE_ROOMS := $(shell python3 tfring/native/build.py --core-rooms)
+CORE_LIB_SRCS := $(sort $(foreach room,$(CORE_ROOMS),$(wildcard tfring/native/cc/$(room)/*.cc)))
 CORE_SRCS := $(CORE_LIB_SRCS) $(wildcard $(CORE)/tests/*.cc)
-CORE_HDRS := $(shell find $(CORE) -name '*.h' | sort)
+CORE_HDRS := $(sort $(foreach room,$(CORE_ROOMS) core/tests,$(wildcard tfring/native/cc/$(room)/*.h)))
 CXX ?= g++
 # Core headers are included by their path under core/ ("rendezvous/store.h"), as in build.py.
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
-.PHONY: env demo check lint test test-newest-tf test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
+.PHONY: env demo check lint test test-newest-tf test-keras-floor test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
 
 env: $(STAMP)
 
@@ -29,6 +31,8 @@ $(STAMP): $(REQS) setup.py
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -r $(REQS)
 	$(PY) -m pip install -q --no-build-isolation -e .
+	@# tfring_dev (the test rig, not in the wheel) is found from this checkout, by every process of the env
+	$(PY) -c "import sysconfig; open(sysconfig.get_path('purelib') + '/tfring_dev.pth', 'w').write('$(CURDIR)\n')"
 	touch $(STAMP)
 
 demo: env
@@ -79,6 +83,23 @@ test-newest-tf:
 	$(MAKE) env TF=2.21
 	.venv-tf2.21/bin/python -m pytest -q -m "not multiprocess and not emulated_hosts and not slurm and not spark"
 	.venv-tf2.21/bin/python -m pytest -q -m "multiprocess and not emulated_hosts and not slurm and not spark" $(TF_FACING)
+
+# The oldest Keras tfring supports (KERAS_FLOOR in tfring/version.py) on the reference TensorFlow,
+# where what changes is Keras (the functions tfring wraps and calls, their parameters): the
+# single-process tests of the Keras-facing packages, and fit and Keras' own calls multi-process.
+# That Keras goes into .keras-floor without dependencies (the env's serve it); PYTHONPATH puts it
+# before the env's Keras for pytest and every process a test starts (the ranks of a job too).
+KERAS_FLOOR := $(shell sed -n 's/^KERAS_FLOOR = "\(.*\)"/\1/p' tfring/version.py)
+KERAS_FLOOR_DIR := $(CURDIR)/.keras-floor
+KERAS_FACING := tfring/strategy tfring/optimizers tfring/callbacks tfring/schedules
+KERAS_FACING_JOBS := tests/keras_calls_test.py tests/ring_strategy_test.py \
+	-k "keras_calls_test or two_ranks_equal_one_process or mixed_float16 or custom_loops"
+test-keras-floor: env
+	@test -f $(KERAS_FLOOR_DIR)/keras-$(KERAS_FLOOR).dist-info/METADATA || { rm -rf $(KERAS_FLOOR_DIR) && \
+	  $(PY) -m pip install -q --no-deps --target $(KERAS_FLOOR_DIR) keras==$(KERAS_FLOOR); }
+	PYTHONPATH=$(KERAS_FLOOR_DIR) $(PY) -c "import keras; assert keras.__version__ == '$(KERAS_FLOOR)', keras.__file__"
+	PYTHONPATH=$(KERAS_FLOOR_DIR) $(PY) -m pytest -q -m "not multiprocess" $(KERAS_FACING)
+	PYTHONPATH=$(KERAS_FLOOR_DIR) $(PY) -m pytest -q -m multiprocess $(KERAS_FACING_JOBS)
 
 # tfring under a real SLURM (tests/slurm_test.py: srun on one node and across two emulated hosts,
 # sbatch): installs Debian's SLURM daemons and munge (root), then runs the tests marked `slurm`.

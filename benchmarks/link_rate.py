@@ -3,7 +3,7 @@
     python benchmarks/link_rate.py sink PORT               # inside the receiving host
     python benchmarks/link_rate.py source ADDRESS:PORT SECONDS   # inside the sending host
 
-`measure_link(hosts)` runs both ends inside `tfring.emulated_hosts` hosts h0 and h1 and returns
+`measure_link(hosts)` runs both ends inside `tfring_dev.emulated_hosts` hosts h0 and h1 and returns
 Gbit/s (10^9 bit/s). The receiver times from its first byte to the end of the stream, so the
 connection's start is left out and the sender's queue drained at the end is counted. Python's
 `sendall`/`recv_into` on 4 MiB / 1 MiB buffers copy no more than a C program would, so where the

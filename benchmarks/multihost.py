@@ -11,7 +11,7 @@ engine alone (its C API on NumPy buffers, no TF op), to show what the TF op cost
 tfring with one flat ring over every rank (`TFRING_ALLREDUCE=ring`) beside its default (hierarchical
 where a host has several ranks).
 
-Two hosts are built on this machine with `tfring.emulated_hosts` (network namespaces, each with an
+Two hosts are built on this machine with `tfring_dev.emulated_hosts` (network namespaces, each with an
 sshd, joined by shaped veths), so it needs root, iproute2, util-linux and openssh-server; the
 OpenMPI column needs `mpirun` and mpi4py (`make bench-deps`), and is skipped, saying so, without
 them. For each link rate (`tc` token buckets, both directions) the raw link is measured first with
@@ -331,8 +331,8 @@ def measure(bench, unshaped):
 
 
 def main_bench(args):
-    from tfring.emulated_hosts import EmulatedHosts
-    from tfring.emulated_hosts import available
+    from tfring_dev.emulated_hosts import EmulatedHosts
+    from tfring_dev.emulated_hosts import available
 
     sys.stdout.reconfigure(line_buffering=True)  # tables and the progress on stderr stay in order
     ok, reason = available()

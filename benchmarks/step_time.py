@@ -5,7 +5,7 @@
 
 Issue 16's benchmark, growing with it.
 
-Overlap (needs root, iproute2 and openssh-server: the hosts are `tfring.emulated_hosts`): two
+Overlap (needs root, iproute2 and openssh-server: the hosts are `tfring_dev.emulated_hosts`): two
 emulated hosts, one rank each, each rank pinned to its own core, the link shaped to `--rate` Mbit/s
 (default 1000). A VGG-like CNN (convolutions first, ~21 M parameters in its dense layers at the
 end, so most gradient bytes exist early in the backward pass) trains on synthetic 32x32 images.
@@ -188,7 +188,7 @@ def _overlap_command(hosts, run, rows, timeline=None):
 
 def overlap(args):
     """The overlap part: compute alone, communication alone, and the step with and without buckets."""
-    from tfring.emulated_hosts import EmulatedHosts
+    from tfring_dev.emulated_hosts import EmulatedHosts
 
     runs = {run: [] for run in ["compute", "0"] + [str(int(float(mib) * 2**20)) for mib in args.buckets.split(",")]
             + ["auto", PER_TENSOR]}

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from tfring.testing import run_job
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 import tfring
-from tfring.strategy import bucket_tuning
+from tfring.strategy.gradients import bucket_tuning
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 rng = np.random.default_rng(0)

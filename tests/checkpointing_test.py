@@ -9,7 +9,7 @@ import numpy as np
 
 import pytest
 
-from tfring.testing import run_job
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

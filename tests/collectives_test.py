@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from tfring.testing import rank_lines
-from tfring.testing import run_job
+from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tfring.launch.addresses import free_port
-from tfring.testing import QUIET_ENV
-from tfring.testing import rank_lines
-from tfring.testing import run_job
+from tfring_dev.testing import QUIET_ENV
+from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tfring.testing import QUIET_ENV
+from tfring_dev.testing import QUIET_ENV
 
 pytestmark = pytest.mark.multiprocess
 

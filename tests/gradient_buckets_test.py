@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from tfring.testing import assert_ranks_equal_one_process
-from tfring.testing import run_alone_then_jobs
-from tfring.testing import run_job
+from tfring_dev.testing import assert_ranks_equal_one_process
+from tfring_dev.testing import run_alone_then_jobs
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 import tfring
-from tfring.strategy import gradient_buckets
+from tfring.strategy.gradients import buckets as gradient_buckets
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 rng = np.random.default_rng(0)

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from tfring.launch.addresses import free_port
-from tfring.testing import QUIET_ENV
-from tfring.testing import run_job
+from tfring_dev.testing import QUIET_ENV
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

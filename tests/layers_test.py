@@ -25,6 +25,8 @@ def _lint(root):
 def _copy_with(tmp_path, module, line):
     shutil.copytree(os.path.join(ROOT, "tfring"), tmp_path / "tfring",
                     ignore=shutil.ignore_patterns("__pycache__", "lib", "cc", "*.so"))
+    shutil.copytree(os.path.join(ROOT, "tfring_dev"), tmp_path / "tfring_dev",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(os.path.join(ROOT, ".importlinter"), tmp_path / ".importlinter")
     path = tmp_path / "tfring" / module
     path.write_text(path.read_text() + f"\n\ndef _deliberately_bad():\n    {line}\n")
@@ -46,6 +48,8 @@ def test_the_tree_keeps_every_contract():
      "never import TensorFlow", "tfring.launch.launcher -> tensorflow"),
     ("strategy/ring_model.py", "from tfring.strategy import checkpointing",
      "No import cycles", ".ring_model -> .checkpointing"),
+    ("runtime.py", "from tfring_dev.testing import run_job",
+     "tfring never imports tfring_dev", "tfring.runtime -> tfring_dev.testing"),
 ])
 def test_a_deliberate_bad_import_breaks_its_contract(tmp_path, module, line, contract, named):
     proc = _lint(_copy_with(tmp_path, module, line))

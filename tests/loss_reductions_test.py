@@ -10,8 +10,8 @@ much as another rank's many.
 import numpy as np
 import pytest
 
-from tfring.testing import assert_ranks_equal_one_process
-from tfring.testing import run_alone_then_jobs
+from tfring_dev.testing import assert_ranks_equal_one_process
+from tfring_dev.testing import run_alone_then_jobs
 
 pytestmark = pytest.mark.multiprocess
 

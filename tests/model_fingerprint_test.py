@@ -3,8 +3,8 @@ naming what differs (issue 33, item 6), and the same model on every rank trains 
 
 import pytest
 
-from tfring.testing import rank_lines
-from tfring.testing import run_job
+from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

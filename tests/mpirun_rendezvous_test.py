@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tfring.launch import cluster
-from tfring.testing import QUIET_ENV
+from tfring_dev.testing import QUIET_ENV
 
 pytestmark = [pytest.mark.multiprocess,
               pytest.mark.skipif(shutil.which("mpirun") is None,

@@ -1,6 +1,6 @@
 """tfring across hosts: `tfring run -H` over real ssh into emulated hosts (network namespaces).
 
-Each host is a network namespace with its own address, hostname and sshd (tfring.emulated_hosts);
+Each host is a network namespace with its own address, hostname and sshd (tfring_dev.emulated_hosts);
 the launcher runs in the root namespace and reaches them as it would other machines. Needs root,
 iproute2 and openssh-server (.ci/run installs them); skipped, saying why, without them.
 """
@@ -21,9 +21,9 @@ import pytest
 from collectives_test import CHECK_EVERYTHING
 from ring_strategy_test import FIT
 from ring_strategy_test import _single
-from tfring import emulated_hosts
-from tfring.testing import QUIET_ENV
-from tfring.testing import rank_lines
+from tfring_dev import emulated_hosts
+from tfring_dev.testing import QUIET_ENV
+from tfring_dev.testing import rank_lines
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.emulated_hosts]
 

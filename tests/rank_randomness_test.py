@@ -14,9 +14,9 @@ import json
 import numpy as np
 import pytest
 
-from tfring.testing import rank_lines
-from tfring.testing import run_alone
-from tfring.testing import run_job
+from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_alone
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from tfring.testing import rank_lines
-from tfring.testing import run_job
+from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_job
 
 README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
 

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from tfring.testing import QUIET_ENV
-from tfring.testing import rank_lines
-from tfring.testing import run_job
+from tfring_dev.testing import QUIET_ENV
+from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -465,7 +465,7 @@ def test_a_rank_dying_inside_fit_raises_unavailable_error():
     import sys
 
     from tfring.launch.addresses import free_port
-    from tfring.testing import QUIET_ENV
+    from tfring_dev.testing import QUIET_ENV
 
     port = free_port()
     env = dict(os.environ, **QUIET_ENV, TFRING_SIZE="2", TFRING_LOCAL_SIZE="2", TFRING_SECRET="s",
@@ -475,3 +475,37 @@ def test_a_rank_dying_inside_fit_raises_unavailable_error():
     out, err = ranks[0].communicate(timeout=300)
     ranks[1].wait(timeout=60)
     assert "UNAVAILABLE True" in out, err[-3000:]
+
+
+EXACT_METRICS = r'''
+import json
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+strategy = tfring.RingStrategy(compression="fp16")
+x = np.random.default_rng(0).standard_normal((96, 4)).astype("float32")
+y = np.full((96, 1), 1000.0, "float32")   # a squared error of ~10^6 a row: sums far over float16's 65504
+keras.utils.set_random_seed(0)
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", metrics=["mae"])
+print("LOGS", json.dumps(model.evaluate(x, y, batch_size=32, verbose=0, return_dict=True)))
+'''
+
+
+def test_compression_narrows_gradients_only_metrics_stay_exact():
+    """`compression="fp16"` is for gradients: a metric's state (a sum over the epoch's rows) is
+    reduced in its own type, so `evaluate` gives one process's figures, not float16's infinity."""
+    from tfring_dev.testing import run_alone
+
+    alone, job = run_alone(EXACT_METRICS, timeout=120), run_job(2, EXACT_METRICS, timeout=300)
+    assert alone.returncode == 0 and job.returncode == 0, (alone.stderr + job.stderr)[-3000:]
+    one = json.loads(alone.stdout.split("LOGS", 1)[1])
+    for rank in range(2):
+        logs = json.loads(rank_lines(job.stdout, rank)[0].split("LOGS", 1)[1])
+        assert set(logs) == set(one)
+        for name in one:
+            assert np.isfinite(logs[name]) and abs(logs[name] - one[name]) <= 1e-6 * abs(one[name]), (name, logs, one)

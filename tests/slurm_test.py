@@ -1,5 +1,5 @@
 """tfring under a real SLURM (Debian's slurm-wlm daemons, started per test module by
-tfring.slurm_cluster): srun on one node and across two emulated hosts with nothing but a secret set,
+tfring_dev.slurm_cluster): srun on one node and across two emulated hosts with nothing but a secret set,
 an sbatch script, and a missing secret. `make test-slurm` installs the packages and runs these."""
 
 import os
@@ -11,10 +11,10 @@ import time
 import pytest
 
 from mpirun_test import SCRIPT
-from tfring import emulated_hosts
-from tfring import slurm_cluster
-from tfring.slurm_cluster import leftovers
-from tfring.testing import QUIET_ENV
+from tfring_dev import emulated_hosts
+from tfring_dev import slurm_cluster
+from tfring_dev.slurm_cluster import leftovers
+from tfring_dev.testing import QUIET_ENV
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slurm]
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from tfring.testing import assert_ranks_equal_one_process
-from tfring.testing import rank_lines
-from tfring.testing import run_alone_then_jobs
+from tfring_dev.testing import assert_ranks_equal_one_process
+from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_alone_then_jobs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 import tfring
-from tfring.strategy import sparse_gradients
+from tfring.strategy.gradients import sparse as sparse_gradients
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 out = os.environ["OUT"]

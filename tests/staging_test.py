@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from multihost_test import launch, two_hosts  # noqa: F401  (two_hosts is a fixture)
-from tfring.testing import rank_lines
+from tfring_dev.testing import rank_lines
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.emulated_hosts]
 

@@ -3,7 +3,7 @@ have not submitted it and what it is, repeated until the rank comes (or the time
 
 import pytest
 
-from tfring.testing import run_job
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tfring.testing import run_job
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

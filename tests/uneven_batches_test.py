@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from tfring.testing import QUIET_ENV
-from tfring.testing import run_job
+from tfring_dev.testing import QUIET_ENV
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 

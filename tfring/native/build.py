@@ -26,11 +26,23 @@ CORE_DIR = os.path.join(CC_DIR, "core")
 CORE_INCLUDE = ["-iquote", CORE_DIR]
 
 
+def core_rooms():
+    """The folders of the framework-free core's library, relative to `cc/`: `core` and each of its
+    subfolders (rendezvous, transport, algorithms, engine), never `core/tests`.
+
+    The one list of them: `build()` compiles their `.cc` files, setup.py ships their sources with
+    the package, and the Makefile's C++ core tests compile them (`python tfring/native/build.py
+    --core-rooms` prints them).
+    """
+    subfolders = sorted(name for name in os.listdir(CORE_DIR)
+                        if name != "tests" and os.path.isdir(os.path.join(CORE_DIR, name)))
+    return ["core"] + ["core/" + name for name in subfolders]
+
+
 def _sources():
-    """(core, CPU kernels, GPU kernels, CUDA kernels) source files; the core's come from its
-    subfolders (rendezvous/, transport/, algorithms/, engine/), never from its tests."""
-    core = sorted(p for p in glob.glob(os.path.join(CORE_DIR, "**", "*.cc"), recursive=True)
-                  if os.sep + "tests" + os.sep not in os.path.relpath(p, CC_DIR))
+    """(core, CPU kernels, GPU kernels, CUDA kernels) source files; the core's come from
+    `core_rooms()`, never from its tests."""
+    core = sorted(p for room in core_rooms() for p in glob.glob(os.path.join(CC_DIR, room, "*.cc")))
     kernels = sorted(glob.glob(os.path.join(CC_DIR, "kernels", "*.cc")))
     gpu_kernels = [k for k in kernels if k.endswith("_gpu.cc")]
     cuda = sorted(glob.glob(os.path.join(CC_DIR, "cuda", "*.cu")))
@@ -235,7 +247,9 @@ def build(base=HERE, verbose=True, jobs=None):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--check-gpu-glue"]:
+    if sys.argv[1:] == ["--core-rooms"]:
+        print(" ".join(core_rooms()))
+    elif sys.argv[1:] == ["--check-gpu-glue"]:
         n = check_gpu_glue()
         print(f"tfring: the TF GPU kernels compile (GOOGLE_CUDA, {n} files)" if n else
               "tfring: no nvcc here: the TF GPU kernels were not checked")

@@ -115,23 +115,79 @@ def allreduce_buckets(buckets, op="sum", name=None):
     >>> grads = [tf.ones([2]), tf.ones([3])]
     >>> tfring.ops.allreduce_buckets([grads[1:], grads[:1]], op="mean")
     """
-    checks.choice("tfring.allreduce_buckets", "op", op, REDUCE_OPS)
-    buckets = [_as_list("allreduce_buckets", list(b), _REDUCE_DTYPES)[1] for b in buckets]
-    if tf.executing_eagerly():
-        return [allreduce(b, op=op, name=name) if b else [] for b in buckets]
+    started = [allreduce_start(b, op=op, name=name) for b in buckets]
+    return [pending.wait() for pending in started]
+
+
+class Pending:
+    """An allreduce started by `allreduce_start`; `wait()` gives its result.
+
+    Args:
+        wait: a function of no arguments returning the reduced tensors (called once).
+
+    Example:
+
+    >>> pending = allreduce_start([tf.ones([2])])
+    >>> pending.wait()
+    [<tf.Tensor: shape=(2,), dtype=float32, numpy=array([2., 2.], dtype=float32)>]
+    """
+
+    def __init__(self, wait):
+        self._wait = wait
+        self._result = None
+
+    def wait(self):
+        """The reduced tensors, a list shaped like the started one; identical on every rank."""
+        if self._result is None:
+            self._result = self._wait()
+        return self._result
+
+
+def allreduce_start(tensors, op="sum", name=None):
+    """Starts all-reducing a list of tensors as one collective (one per dtype) and returns at once.
+
+    In a graph the start op depends only on `tensors` and the previous collective's start, and
+    `wait()` adds the op that completes it: start several, then wait for each, and the later ones
+    travel while the tensors of others are still being computed (`allreduce_buckets` does that).
+    Eagerly, the collective runs at once.
+
+    Args:
+        tensors: a list of tensors.
+        op: as for `allreduce`.
+        name: optional op name prefix.
+
+    Returns:
+        A `Pending`: its `wait()` returns the reduced tensors.
+
+    Raises:
+        As `allreduce`.
+
+    Example:
+
+    >>> first, second = allreduce_start([g1, g2]), allreduce_start([g3])
+    >>> first.wait() + second.wait()
+    """
+    checks.choice("tfring.allreduce_start", "op", op, REDUCE_OPS)
+    _, bucket = _as_list("allreduce_start", list(tensors), _REDUCE_DTYPES)
+    if tf.executing_eagerly() or not bucket:
+        reduced = allreduce(bucket, op=op, name=name) if bucket else []
+        return Pending(lambda: reduced)
     lib = _ops()
-    started = []  # (bucket index, positions in it, buffers, ticket)
-    for k, bucket in enumerate(buckets):
-        for idx in _dtype_groups(bucket):
-            # The ticket first: `ordered` makes the op of the first output the chain's last link.
-            ticket, buffers = ordering.ordered(lambda idx=idx, bucket=bucket: _ticket_first(
-                lib.tfring_allreduce_start([bucket[i] for i in idx], reduce_op=op, name=name)))
-            started.append((k, idx, buffers, ticket))
-    reduced = [[None] * len(b) for b in buckets]
-    for k, idx, buffers, ticket in started:
-        for i, r in zip(idx, lib.tfring_allreduce_done(buffers, ticket)):
-            reduced[k][i] = r
-    return reduced
+    started = []  # (positions in the bucket, buffers, ticket)
+    for idx in _dtype_groups(bucket):
+        # The ticket first: `ordered` makes the op of the first output the chain's last link.
+        ticket, buffers = ordering.ordered(lambda idx=idx: _ticket_first(
+            lib.tfring_allreduce_start([bucket[i] for i in idx], reduce_op=op, name=name)))
+        started.append((idx, buffers, ticket))
+
+    def done():
+        reduced = [None] * len(bucket)
+        for idx, buffers, ticket in started:
+            for i, r in zip(idx, lib.tfring_allreduce_done(buffers, ticket)):
+                reduced[i] = r
+        return reduced
+
+    return Pending(done)
 
 
 def _ticket_first(started):

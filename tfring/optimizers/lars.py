@@ -22,10 +22,24 @@ import keras
 import tensorflow as tf
 
 from tfring import checks
+from tfring.strategy import keras_patches
 
 # Biases and normalization parameters (matched against `variable.path`, e.g. "dense/bias",
 # "batch_normalization/gamma").
 DEFAULT_EXCLUDE = (r"\bbias\b", r"\bgamma\b", r"\bbeta\b")
+
+
+# The private methods of Keras' optimizer that LARS calls or overrides.
+KERAS_INTERNALS = [
+    keras_patches.Internal("keras.optimizers.Optimizer", "_overwrite_variable_with_gradient", ("self", "variable"),
+                           "no velocity for a variable Keras overwrites with its gradient, like float8 scales"),
+    keras_patches.Internal("keras.optimizers.Optimizer", "_use_weight_decay", ("self", "variable"),
+                           "Keras' own exclude_from_weight_decay(var_list=...) still counts"),
+    keras_patches.Internal("keras.optimizers.Optimizer", "_get_variable_index", ("self", "variable"),
+                           "the variable's velocity and settings"),
+    keras_patches.Internal("keras.optimizers.Optimizer", "_apply_weight_decay", ("self", "variables"),
+                           "overridden: LARS's decay is coupled, the base class must not decay again"),
+]
 
 
 def _patterns(what, patterns):

@@ -400,17 +400,26 @@ def _tolerant_makedirs(original):
     return makedirs
 
 
+# The save wraps pass `filepath` by position. `zipped` and `max_shard_size` they read by name, and
+# only where the call has them: save_weights before Keras 3.10 has no max_shard_size.
 PATCHES = [
     keras_patches.Patch("keras.src.utils.file_utils", "makedirs", _tolerant_makedirs,
-                        "a folder another rank just created is not an error"),
-    keras_patches.Patch("keras.Model", "save", _rank0_writes, "rank 0 alone writes a save"),
-    keras_patches.Patch("keras.Model", "save_weights", _rank0_writes, "rank 0 alone writes a save"),
+                        "a folder another rank just created is not an error", parameters=("path",)),
+    keras_patches.Patch("keras.Model", "save", _rank0_writes, "rank 0 alone writes a save",
+                        parameters=("self", "filepath")),
+    keras_patches.Patch("keras.Model", "save_weights", _rank0_writes, "rank 0 alone writes a save",
+                        parameters=("self", "filepath")),
     keras_patches.Patch("keras.callbacks.BackupAndRestore", "_save_model", _backup_save_model,
-                        "rank 0 writes the backup; its metadata file commits it"),
+                        "rank 0 writes the backup; its metadata file commits it", parameters=("self",)),
     keras_patches.Patch("keras.callbacks.BackupAndRestore", "_load_model", _backup_load_model,
-                        "every rank restores the backup rank 0 committed"),
+                        "every rank restores the backup rank 0 committed", parameters=("self",)),
     keras_patches.Patch("keras.callbacks.BackupAndRestore", "on_train_end", _backup_train_end,
-                        "rank 0 deletes the backup once every rank is done"),
+                        "rank 0 deletes the backup once every rank is done", parameters=("self", "logs")),
+]
+
+KERAS_INTERNALS = [
+    keras_patches.Internal("keras.src.utils.file_utils", "is_remote_path", ("filepath",),
+                           "a path Keras would copy through $TMPDIR gets the file's name only"),
 ]
 
 

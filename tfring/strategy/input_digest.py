@@ -123,7 +123,15 @@ def _checked(original):
     return checked
 
 
-PATCHES = [keras_patches.Patch("keras.Model", name, _checked, "NumPy inputs must be the same on every rank")
+# `_checked` reads the inputs by name (one Keras no longer takes would go unchecked, silently):
+# Keras' parameters up to the last of them.
+_PARAMETERS = {"fit": ("self", "x", "y", "batch_size", "epochs", "verbose", "callbacks", "validation_split",
+                       "validation_data", "shuffle", "class_weight", "sample_weight"),
+               "evaluate": ("self", "x", "y", "batch_size", "verbose", "sample_weight"),
+               "predict": ("self", "x")}
+
+PATCHES = [keras_patches.Patch("keras.Model", name, _checked, "NumPy inputs must be the same on every rank",
+                               parameters=_PARAMETERS[name])
            for name in _INPUTS]
 
 

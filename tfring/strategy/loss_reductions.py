@@ -81,7 +81,17 @@ def _over_the_global_divisor(original):
 
 PATCHES = [
     keras_patches.Patch("keras.src.losses.loss", "reduce_weighted_values", _over_the_global_divisor,
-                        "a masked or sample-weighted mean divides by the global batch's divisor"),
+                        "a masked or sample-weighted mean divides by the global batch's divisor",
+                        parameters=("values", "sample_weight", "mask", "reduction", "dtype")),
+]
+
+KERAS_INTERNALS = [
+    keras_patches.Internal("keras.src.losses.loss", "standardize_reduction", ("reduction",),
+                           "the reduction Keras will apply, as it names it"),
+    keras_patches.Internal("keras.src.losses.loss", "apply_mask", ("sample_weight", "mask", "dtype", "reduction"),
+                           "the weights Keras divides a sample-weighted mean by"),
+    keras_patches.Internal("keras.src.losses.loss", "squeeze_or_expand_to_same_rank", ("x1", "x2"),
+                           "those weights shaped as Keras shapes them"),
 ]
 
 

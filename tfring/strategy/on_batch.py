@@ -40,11 +40,11 @@ def _predict_on_batch(original):
             raise ValueError(f"tfring: predict_on_batch on model {self.name!r}, which is not built yet. Under "
                              f"RingStrategy it runs on this rank alone and cannot create variables: build the "
                              f"model first (fit, evaluate or predict on every rank, or call it on a batch).")
-        from keras.src import tree
+        import keras
         from keras.src.backend.tensorflow.trainer import convert_to_np_if_not_ragged
 
         outputs = _local_predict_function(self)((x,))
-        return tree.map_structure(convert_to_np_if_not_ragged, outputs)
+        return keras.tree.map_structure(convert_to_np_if_not_ragged, outputs)
 
     return predict_on_batch
 
@@ -68,10 +68,26 @@ def _global_logs(original):
     return on_batch
 
 
+# `_global_logs` binds the call to Keras' signature and sets `return_dict` by name: the parameters
+# are declared up to it, so that a Keras without it fails here instead of ignoring the setting.
 PATCHES = [
-    keras_patches.Patch("keras.Model", "predict_on_batch", _predict_on_batch, "predicts on this rank alone"),
-    keras_patches.Patch("keras.Model", "train_on_batch", _global_logs, "returns the job's logs"),
-    keras_patches.Patch("keras.Model", "test_on_batch", _global_logs, "returns the job's logs"),
+    keras_patches.Patch("keras.Model", "predict_on_batch", _predict_on_batch, "predicts on this rank alone",
+                        parameters=("self", "x")),
+    keras_patches.Patch("keras.Model", "train_on_batch", _global_logs, "returns the job's logs",
+                        parameters=("self", "x", "y", "sample_weight", "class_weight", "return_dict")),
+    keras_patches.Patch("keras.Model", "test_on_batch", _global_logs, "returns the job's logs",
+                        parameters=("self", "x", "y", "sample_weight", "return_dict")),
+]
+
+KERAS_INTERNALS = [
+    keras_patches.Internal("keras.Model", "_get_metrics_result_or_logs", ("self", "logs"),
+                           "the logs read from the metrics after the step: global"),
+    keras_patches.Internal("keras.Model", "_flatten_metrics_in_order", ("self", "logs"),
+                           "train_on_batch's logs as a list, in Keras' order"),
+    keras_patches.Internal("keras.src.utils.python_utils", "pythonify_logs", ("logs",),
+                           "the logs as Python numbers, as Keras returns them"),
+    keras_patches.Internal("keras.src.backend.tensorflow.trainer", "convert_to_np_if_not_ragged", ("x",),
+                           "predict_on_batch's outputs as Keras returns them"),
 ]
 
 

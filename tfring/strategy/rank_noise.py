@@ -36,7 +36,8 @@ def _folded(original):
 
 
 PATCHES = [keras_patches.Patch("keras.random.SeedGenerator", "next", _folded,
-                               "each rank draws independent noise (the rank is folded into every seed)")]
+                               "each rank draws independent noise (the rank is folded into every seed)",
+                               parameters=("self", "ordered"))]
 
 
 def install():

@@ -1,6 +1,6 @@
 """Averaging, across ranks, the non-trainable variables a step assigns (batch-norm statistics, a
 custom layer's running sums), when the ranks hold different numbers of rows. Keras' gradient
-accumulators are not among them: each rank keeps its own (gradient_accumulation).
+accumulators are not among them: each rank keeps its own (gradients.accumulation).
 
 `RingStrategy` makes such variables mirrored with MEAN aggregation, so each assignment inside a
 step is averaged over the ranks. With every rank holding rows that is a plain mean (as before).

@@ -11,6 +11,11 @@ more than one rank, ranks other than 0 run with `verbose=0` and without the call
 `REPORTING_CALLBACKS`. Every other callback runs on every rank (the logs they see are global, so
 EarlyStopping, ReduceLROnPlateau or TerminateOnNaN decide the same on every rank); ModelCheckpoint
 and BackupAndRestore run everywhere and write once (see `checkpointing`).
+
+`verbose=0` is Keras' public switch for this call alone. `keras.config.disable_interactive_logging()`
+would not do instead: it is state of the thread, not of the call, and it does not silence Keras'
+messages but sends them to `absl.logging` (shown wherever a script sets absl to INFO); the reporting
+callbacks would still need removing.
 """
 
 import functools
@@ -60,8 +65,14 @@ def _quietly(original):
     return call
 
 
-PATCHES = [keras_patches.Patch("keras.Model", name, _quietly, "ranks > 0 report nothing")
-           for name in ("fit", "evaluate", "predict")]
+# `_quietly` sets `verbose` and `callbacks` by name (a name Keras no longer takes would be dropped
+# silently): Keras' parameters up to them.
+_PARAMETERS = {"fit": ("self", "x", "y", "batch_size", "epochs", "verbose", "callbacks"),
+               "evaluate": ("self", "x", "y", "batch_size", "verbose", "sample_weight", "steps", "callbacks"),
+               "predict": ("self", "x", "batch_size", "verbose", "steps", "callbacks")}
+
+PATCHES = [keras_patches.Patch("keras.Model", name, _quietly, "ranks > 0 report nothing", parameters=parameters)
+           for name, parameters in _PARAMETERS.items()]
 
 
 def install():

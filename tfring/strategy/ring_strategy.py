@@ -6,8 +6,10 @@ each of them across processes:
 - `num_replicas_in_sync` is the job size; Keras scales each rank's loss by this rank's share of the
   step's rows (1/size when the global batch divides evenly; see `step_rows`), so the summed
   gradients are the mean over the global batch;
-- the gradient `all_reduce` Keras requests (`ReplicaContext.all_reduce` -> `batch_reduce_to`)
-  runs as one fused tfring allreduce;
+- gradients are all-reduced as they enter the optimizer, in buckets, through a communication hook
+  (see `gradients.door` and `gradients.comm_hooks`); Keras' own gradient `all_reduce`
+  (`ReplicaContext.all_reduce` -> `batch_reduce_to`) then passes them through, or reduces them
+  where the door leaves it to Keras (gradient accumulation, custom loops);
 - every variable created in `scope()` takes rank 0's initial value (a broadcast at creation);
   metric state variables (`synchronization=ON_READ`) are sync-on-read, so reading a metric's result
   outside the step reduces it across ranks; non-trainable float variables assigned in the step
@@ -32,12 +34,8 @@ from tfring import config
 from tfring import runtime
 from tfring.ops import collectives
 from tfring.ops import ordering
-from tfring.strategy import bucket_tuning
 from tfring.strategy import checkpointing
 from tfring.strategy import data_autotuning
-from tfring.strategy import early_reduction
-from tfring.strategy import gradient_accumulation
-from tfring.strategy import gradient_buckets
 from tfring.strategy import input_digest
 from tfring.strategy import input_sharding
 from tfring.strategy import inter_op_threads
@@ -50,9 +48,14 @@ from tfring.strategy import reporting
 from tfring.strategy import ring_model
 from tfring.strategy import scope_check
 from tfring.strategy import shared_seed
-from tfring.strategy import sparse_gradients
 from tfring.strategy import step_outputs
 from tfring.strategy import step_rows
+from tfring.strategy.gradients import accumulation
+from tfring.strategy.gradients import bucket_tuning
+from tfring.strategy.gradients import buckets
+from tfring.strategy.gradients import comm_hooks
+from tfring.strategy.gradients import door
+from tfring.strategy.gradients import reduction
 
 # How many distributed datasets a strategy keeps its rank's share of (a training set, a
 # validation set, ...), so that fit and evaluate called again do not shard them again.
@@ -89,24 +92,24 @@ class _RingReplicaContext(distribute_lib.ReplicaContext):
 class RingExtended(one_device_strategy.OneDeviceExtended):
     """The strategy's implementation; see the module docstring for what each override is for."""
 
-    def __init__(self, container_strategy, device, rank, size, compression, sparse_as_dense=False,
-                 bucket_bytes=0):
+    def __init__(self, container_strategy, device, rank, size, gradient_settings):
         super().__init__(container_strategy, device)
-        self.bucket_bytes = bucket_bytes  # read when the train step is traced (bucket_tuning changes it)
+        self.gradient_settings = gradient_settings  # read when the train step is traced
         self._rank = rank
         self._size = size
-        self._compression = compression
-        self._sparse_as_dense = sparse_as_dense
         self._sharded_inputs = collections.OrderedDict()  # id(dataset) -> (dataset, this rank's share)
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
-        self.gradients_zeroed = False  # a rank without rows already zeroed its gradients (gradient_accumulation)
-        self.clipping_next = False  # the gradients being reduced are clipped next (early_reduction)
+        self.gradient_frame = None  # what the optimizer's door did in the apply being traced (door)
 
     @property
-    def compressed(self):
-        """Whether floating gradients travel cast to a narrower wire type (`compression`)."""
-        return self._compression is not None
+    def bucket_bytes(self):
+        """Bytes of gradients per bucket, read when the train step is traced (bucket_tuning sets it)."""
+        return self.gradient_settings.bucket_bytes
+
+    @bucket_bytes.setter
+    def bucket_bytes(self, value):
+        self.gradient_settings.bucket_bytes = value
 
     # ---- replicas ----
     @property
@@ -125,8 +128,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     # ---- variables ----
     def _create_variable(self, next_creator, **kwargs):
-        if gradient_accumulation.is_accumulator(kwargs):
-            # Each rank's own partial sum, all-reduced only when applied (gradient_accumulation).
+        if accumulation.is_accumulator(kwargs):
+            # Each rank's own partial sum, all-reduced only when applied (gradients.accumulation).
             kwargs.update(synchronization=tf.VariableSynchronization.ON_READ,
                           aggregation=tf.VariableAggregation.SUM)
         synchronization = kwargs.get("synchronization", tf.VariableSynchronization.AUTO)
@@ -203,44 +206,31 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     # ---- reductions ----
     def _reduce_values(self, reduce_op, tensors):
+        # Not gradients (metrics' state, statistics): exact, in their own type, whatever the hook.
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         if self._size == 1 or not tensors:
             return tensors
-        return self._reduce_buckets(reduce_op, [tensors])[0]
+        return collectives.allreduce(tensors, op="mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum")
 
-    def _reduce_buckets(self, reduce_op, buckets):
-        """Each bucket (a list of tensors) all-reduced as one collective, in the wire type."""
+    def reduce_gradients(self, grads, reduce_op=tf.distribute.ReduceOp.SUM, as_rows=False):
+        """This rank's gradients summed over the ranks (see `gradients.reduction`); None stays None.
+
+        Args:
+            grads: a list of tensors, `tf.IndexedSlices` or None.
+            reduce_op: SUM or MEAN.
+            as_rows: sparse gradients travel as rows (they are clipped next).
+
+        Returns:
+            A list like `grads`.
+        """
+        frame = self.gradient_frame
+        rows = None if frame is not None and frame.zeroed else self.step_rows
         op = "mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum"
-        wire = self._compression
-
-        def send(t):
-            return tf.cast(t, wire) if wire is not None and t.dtype.is_floating and t.dtype != wire else t
-
-        sent = [[send(t) for t in bucket] for bucket in buckets]
-        if len(sent) == 1:
-            reduced = [collectives.allreduce(sent[0], op=op)]
-        else:
-            reduced = collectives.allreduce_buckets(sent, op=op)
-        return [[tf.cast(r, t.dtype) if r.dtype != t.dtype else r for r, t in zip(rs, ts)]
-                for rs, ts in zip(reduced, buckets)]
-
-    def _reduce_gradients(self, reduce_op, values):
-        """Dense gradients, all-reduced in buckets (gradient_buckets); a rank without rows adds zeros."""
-        values = [tf.convert_to_tensor(v) for v in values]
-        order = gradient_buckets.plan(values, 0 if tf.executing_eagerly() else self.bucket_bytes)
-        buckets = [[values[i] for i in idx] for idx in order]
-        if self.step_rows is not None and not self.gradients_zeroed:
-            # One decision per bucket, so that each bucket waits only for its own gradients.
-            buckets = [self.step_rows.zero_if_empty(b) for b in buckets]
-        reduced = [None] * len(values)
-        for idx, rs in zip(order, self._reduce_buckets(reduce_op, buckets)):
-            for i, r in zip(idx, rs):
-                reduced[i] = r
-        return reduced
+        return reduction.reduce_gradients(self.gradient_settings, grads, op=op, rows=rows, as_rows=as_rows)
 
     def _local_value(self, value):
         if isinstance(value, tf.IndexedSlices):
-            return tf.convert_to_tensor(value)  # (batch reductions keep them sparse: sparse_gradients)
+            return tf.convert_to_tensor(value)  # (batch reductions keep them sparse: gradients.sparse)
         if isinstance(value, values_lib.SyncOnReadVariable):
             return value._get_on_device_or_primary().read_value()
         if isinstance(value, values_lib.DistributedValues):
@@ -267,19 +257,9 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
         values = [v if isinstance(v, tf.IndexedSlices) else self._local_value(v) for v, _ in value_destination_pairs]
-        dense = [k for k, v in enumerate(values) if not isinstance(v, tf.IndexedSlices)]
-        sparse = [k for k, v in enumerate(values) if isinstance(v, tf.IndexedSlices)]
-        reduced = list(values)
-        if dense and self._size > 1:
-            for k, r in zip(dense, self._reduce_gradients(reduce_op, [values[k] for k in dense])):
-                reduced[k] = r
-        if sparse and self._size > 1:
-            slices = sparse_gradients.reduce_slices([values[k] for k in sparse], self._size, self._sparse_as_dense,
-                                                    mean=reduce_op == tf.distribute.ReduceOp.MEAN,
-                                                    as_rows=self.clipping_next)
-            for k, r in zip(sparse, slices):
-                reduced[k] = r
-        return reduced
+        if self._size == 1 or (self.gradient_frame is not None and self.gradient_frame.pass_through(values)):
+            return values  # one rank, or gradients reduced at the optimizer's door
+        return self.reduce_gradients(values, reduce_op)
 
     def _local_results(self, value):
         if isinstance(value, values_lib.DistributedValues):
@@ -365,20 +345,21 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
 
     Args:
         fusion_threshold_bytes: most bytes per fused allreduce pass (see `tfring.init`).
-        compression: None, "fp16" or "bf16": gradients travel in that type and are cast back.
+        compression: None, "fp16" or "bf16": gradients travel in that type and are cast back
+            (approximate; see `register_comm_hook` for other ways gradients may travel).
         timeout: seconds a collective may stall before it fails with `UnavailableError`.
         device: where this rank's replica runs. None (default): GPU `local_rank % visible GPUs`
             where TensorFlow sees a GPU (give each process its own GPU, e.g. with
             CUDA_VISIBLE_DEVICES, or let the local rank choose), else the CPU.
         sparse_as_dense: densify sparse gradients (an Embedding's `tf.IndexedSlices`) and
             all-reduce them. Default False: their rows are allgathered, unless so many rows are
-            touched that the dense allreduce moves fewer bytes (see `sparse_gradients`).
+            touched that the dense allreduce moves fewer bytes (see `gradients.sparse`).
         bucket_bytes: about how many bytes of gradients travel together: each bucket's allreduce
             starts as soon as the backward pass has produced its gradients, overlapping the rest
-            of the backward pass (see `gradient_buckets`). 0: one allreduce of every gradient
+            of the backward pass (see `gradients.buckets`). 0: one allreduce of every gradient
             after the backward pass. `"auto"`: the first steps of `fit` try 1 to 32 MiB, one size
             after another, and keep the fastest on the slowest rank, which rank 0 prints (see
-            `bucket_tuning`; each size tried retraces the train step once). None:
+            `gradients.bucket_tuning`; each size tried retraces the train step once). None:
             `TFRING_BUCKET_BYTES`, else 4 MiB. Every rank must use the same value.
 
     Example:
@@ -392,8 +373,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
 
     def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None,
                  sparse_as_dense=False, bucket_bytes=None):
-        wire = {None: None, "none": None, "fp16": tf.float16, "bf16": tf.bfloat16}
-        checks.choice("RingStrategy", "compression", compression, tuple(wire))
+        checks.choice("RingStrategy", "compression", compression, tuple(comm_hooks.COMPRESSION))
         try:
             settings = config.Config.resolve(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout,
                                              bucket_bytes=bucket_bytes)
@@ -408,8 +388,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         scope_check.install()
         step_rows.install()
         loss_reductions.install()
-        gradient_accumulation.install()
-        early_reduction.install()
+        door.install()
         reporting.install()
         input_digest.install()
         model_fingerprint.install()
@@ -418,12 +397,13 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         shared_seed.agree_on_random_state(self.rank, self.size)
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), runtime.local_rank())
-        bucket_bytes = gradient_buckets.agreed(settings.bucket_bytes, device, self.size)
+        bucket_bytes = buckets.agreed(settings.bucket_bytes, device, self.size)
         tune = bucket_bytes == "auto" and self.size > 1
         if bucket_bytes == "auto":  # tuned from the default; one rank has nothing to tune
             bucket_bytes = config.Config.bucket_bytes
-        extended = RingExtended(self, device, self.rank, self.size, wire[compression], bool(sparse_as_dense),
-                                bucket_bytes)
+        state, hook = comm_hooks.for_compression(compression)
+        gradients = reduction.GradientSettings(self.size, bucket_bytes, bool(sparse_as_dense), hook, state)
+        extended = RingExtended(self, device, self.rank, self.size, gradients)
         distribute_lib.Strategy.__init__(self, extended)
         self.bucket_tuner = bucket_tuning.BucketTuner(extended, self.rank) if tune else None
         if tune:
@@ -434,3 +414,35 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, ring_model.RingStrategyBase)
         """The bytes of gradients per bucket in use (0: none). With `bucket_bytes="auto"` it is the
         size being tried until `bucket_tuner.picked` is set, then the one picked."""
         return self.extended.bucket_bytes
+
+    def register_comm_hook(self, state, hook):
+        """Sets how each bucket of dense gradients travels between the ranks, as PyTorch DDP's hooks do.
+
+        `hook(state, bucket)` receives each bucket of this rank's gradients and returns a `Future`
+        of the reduced gradients; every rank must end with identical bits. The module
+        `tfring.strategy.gradients.comm_hooks` states the whole contract and holds the built-in
+        hooks (`allreduce_hook`, the exact default; `cast_hook`, what `compression` uses). Register
+        before the first `fit` (the train step reads the hook when it is traced), with the same
+        hook and state on every rank.
+
+        Args:
+            state: anything the hook needs or keeps (e.g. a wire dtype, residuals per bucket).
+            hook: a function `(state, GradientBucket) -> Future`.
+
+        Raises:
+            TypeError: `hook` is not callable.
+            RuntimeError: a hook was registered already (or `compression` set one).
+
+        Example:
+
+        >>> from tfring.strategy.gradients import comm_hooks
+        >>> strategy.register_comm_hook(tf.bfloat16, comm_hooks.cast_hook)
+        """
+        if not callable(hook):
+            raise TypeError(f"RingStrategy.register_comm_hook: hook must be a function (state, bucket) -> Future, "
+                            f"got {type(hook).__name__}")
+        settings = self.extended.gradient_settings
+        if settings.hook is not comm_hooks.allreduce_hook:
+            raise RuntimeError(f"RingStrategy.register_comm_hook: a communication hook ({comm_hooks.hook_name(settings.hook)}) "
+                               f"is registered already (register one hook, once; `compression` registers one too)")
+        settings.hook, settings.hook_state = hook, state

@@ -150,9 +150,9 @@ def _unscale_by_share(original):
 
 PATCHES = [
     keras_patches.Patch("keras.src.losses.loss", "scale_loss_for_distribution", _scale_by_share,
-                        "a rank's loss counts by its rows' share of the global batch"),
+                        "a rank's loss counts by its rows' share of the global batch", parameters=("value",)),
     keras_patches.Patch("keras.src.losses.loss", "unscale_loss_for_distribution", _unscale_by_share,
-                        "the inverse of scale_loss_for_distribution"),
+                        "the inverse of scale_loss_for_distribution", parameters=("value",)),
 ]
 
 

@@ -27,9 +27,9 @@ the processes of a namespace). Needs root, iproute2, util-linux and openssh-serv
 library only: no TensorFlow.
 """
 
-from tfring.emulated_hosts.hosts import EmulatedHosts
-from tfring.emulated_hosts.instances import cleanup_stale
-from tfring.emulated_hosts.system import EmulatedHostsUnavailable
-from tfring.emulated_hosts.system import available
+from tfring_dev.emulated_hosts.hosts import EmulatedHosts
+from tfring_dev.emulated_hosts.instances import cleanup_stale
+from tfring_dev.emulated_hosts.system import EmulatedHostsUnavailable
+from tfring_dev.emulated_hosts.system import available
 
 __all__ = ["EmulatedHosts", "EmulatedHostsUnavailable", "available", "cleanup_stale"]

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from tfring import emulated_hosts
-from tfring.emulated_hosts import EmulatedHosts
-from tfring.emulated_hosts import sshd
+from tfring_dev import emulated_hosts
+from tfring_dev.emulated_hosts import EmulatedHosts
+from tfring_dev.emulated_hosts import sshd
 
 # Python in the hosts: isolated and without site-packages, so each starts in tens of milliseconds.
 PY = [sys.executable, "-I", "-S", "-c"]
@@ -232,9 +232,9 @@ def test_a_failed_setup_leaves_nothing_behind(monkeypatch):
 
 
 OWNER_THAT_EXITS = """
-import json, subprocess, sys, types
-tfring = types.ModuleType("tfring"); tfring.__path__ = [sys.argv[1]]; sys.modules["tfring"] = tfring
-from tfring.emulated_hosts import EmulatedHosts  # without tfring/__init__, which loads TensorFlow
+import json, subprocess, sys
+sys.path.insert(0, sys.argv[1])  # the repository root: tfring_dev is not installed
+from tfring_dev.emulated_hosts import EmulatedHosts  # loads no TensorFlow
 hosts = EmulatedHosts(2).__enter__()
 sleeper = hosts.popen(0, ["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print(json.dumps({"config": hosts.ssh_config, "sleeper": sleeper.pid}), flush=True)
@@ -246,8 +246,8 @@ sys.exit(3)  # the `with` is never left: atexit tears down
 @pytest.mark.emulated_hosts
 def test_hosts_never_closed_are_removed_at_interpreter_exit():
     hosts_or_skip(1)  # skips here when they cannot be built
-    tfring_dir = os.path.dirname(os.path.dirname(emulated_hosts.__file__))
-    owner = subprocess.run([sys.executable, "-c", OWNER_THAT_EXITS, tfring_dir], stdout=subprocess.PIPE,
+    root = os.path.dirname(os.path.dirname(os.path.dirname(emulated_hosts.__file__)))
+    owner = subprocess.run([sys.executable, "-c", OWNER_THAT_EXITS, root], stdout=subprocess.PIPE,
                            text=True, timeout=60)
     assert owner.returncode == 3
     left = json.loads(owner.stdout)
@@ -255,9 +255,9 @@ def test_hosts_never_closed_are_removed_at_interpreter_exit():
 
 
 OWNER_THAT_DIES = """
-import json, os, signal, subprocess, sys, types
-tfring = types.ModuleType("tfring"); tfring.__path__ = [sys.argv[1]]; sys.modules["tfring"] = tfring
-from tfring.emulated_hosts import EmulatedHosts  # without tfring/__init__, which loads TensorFlow
+import json, os, signal, subprocess, sys
+sys.path.insert(0, sys.argv[1])  # the repository root: tfring_dev is not installed
+from tfring_dev.emulated_hosts import EmulatedHosts  # loads no TensorFlow
 hosts = EmulatedHosts(2).__enter__()
 sleeper = hosts.popen(0, ["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print(json.dumps({"config": hosts.ssh_config, "sleeper": sleeper.pid}), flush=True)
@@ -268,9 +268,9 @@ os.kill(os.getpid(), signal.SIGKILL)  # no teardown, no atexit
 @pytest.mark.multiprocess
 @pytest.mark.emulated_hosts
 def test_cleanup_stale_removes_an_instance_whose_owner_died_and_keeps_live_ones():
-    tfring_dir = os.path.dirname(os.path.dirname(emulated_hosts.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(emulated_hosts.__file__)))
     with hosts_or_skip(1) as live:
-        owner = subprocess.run([sys.executable, "-c", OWNER_THAT_DIES, tfring_dir], stdout=subprocess.PIPE,
+        owner = subprocess.run([sys.executable, "-c", OWNER_THAT_DIES, root], stdout=subprocess.PIPE,
                                text=True, timeout=60)
         assert owner.returncode == -signal.SIGKILL
         dead = json.loads(owner.stdout)

@@ -6,9 +6,9 @@ import subprocess
 import time
 import warnings
 
-from tfring.emulated_hosts import instances
-from tfring.emulated_hosts import sshd
-from tfring.emulated_hosts import system
+from tfring_dev.emulated_hosts import instances
+from tfring_dev.emulated_hosts import sshd
+from tfring_dev.emulated_hosts import system
 
 _INNER_LINK = "eth0"  # the host's end of its veth, inside its namespace
 

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 
-from tfring.emulated_hosts import system
+from tfring_dev.emulated_hosts import system
 
 STATE_ROOT = "/run/tfring-emulated-hosts"  # /run is emptied at boot, when the namespaces go too
 PREFIX = "tfh"

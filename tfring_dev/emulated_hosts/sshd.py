@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 
-from tfring.emulated_hosts import system
+from tfring_dev.emulated_hosts import system
 
 PORT = 22
 
@@ -94,7 +94,7 @@ def _server_config(directory, tag):
     # Only what differs from a stock sshd: our keys, root by key, no PAM (a container may have no
     # PAM stack for root), no mode checks (the keys sit in /run), room for a launcher's parallel
     # connections (MaxStartups defaults to 10 unauthenticated at once).
-    return (f"# tfring.emulated_hosts instance {tag}: removed with it.\n"
+    return (f"# tfring_dev.emulated_hosts instance {tag}: removed with it.\n"
             f"Port {PORT}\n"
             f"HostKey {directory}/host_key\n"
             f"AuthorizedKeysFile {directory}/client_key.pub\n"

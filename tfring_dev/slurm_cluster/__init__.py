@@ -3,7 +3,7 @@
 Needs root and Debian's `slurmctld slurmd slurm-client munge` (`make test-slurm` installs them).
 """
 
-from tfring.slurm_cluster.cluster import PACKAGES, SlurmCluster, SlurmUnavailable
-from tfring.slurm_cluster.leftovers import cleanup_stale, stray_processes
+from tfring_dev.slurm_cluster.cluster import PACKAGES, SlurmCluster, SlurmUnavailable
+from tfring_dev.slurm_cluster.leftovers import cleanup_stale, stray_processes
 
 __all__ = ["SlurmCluster", "SlurmUnavailable", "PACKAGES", "cleanup_stale", "stray_processes"]

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 
-from tfring.slurm_cluster import config, leftovers
+from tfring_dev.slurm_cluster import config, leftovers
 
 PACKAGES = "slurmctld slurmd slurm-client munge"
 CLIENTS = ("srun", "sbatch", "sinfo", "squeue", "scontrol", "scancel")
@@ -51,7 +51,7 @@ class SlurmCluster:
     when the next one starts.
 
     Args:
-        emulated_hosts: an entered `tfring.emulated_hosts.EmulatedHosts`, or None for one local node.
+        emulated_hosts: an entered `tfring_dev.emulated_hosts.EmulatedHosts`, or None for one local node.
         cpus: CPUs= per node (oversubscribed on purpose).
         timeout: seconds each daemon has to come up.
 

@@ -11,10 +11,10 @@ where one does (PyTorch's `no_sync`, Horovod's `backward_passes_per_step`). So:
   step reads and updates this rank's partial sum, and reading one outside a step (a checkpoint
   being saved) gives the sum over the ranks;
 - a rank with no rows in a micro-step adds zeros (gradients of an empty batch may be NaN): with
-  accumulation on, the wrap of `_backend_apply_gradients` zeroes them (one decision for the whole
-  list) before Keras accumulates or applies them, and the
-  step's gradient reduction then leaves what it is given alone (`RingExtended.gradients_zeroed`),
-  so what a rank accumulated still counts on a micro-step where it holds no rows.
+  accumulation on, the optimizer's door (`door`) zeroes them with `zero_where_no_rows` (one
+  decision for the whole list) before Keras accumulates or applies them, and the step's gradient
+  reduction then leaves what it is given alone, so what a rank accumulated still counts on a
+  micro-step where it holds no rows.
 
 The applied gradient is the sum over ranks of (g_r + acc_r) / k: the mean gradient of the global
 batches of the k micro-steps, what one process with the same accumulation applies.
@@ -22,8 +22,6 @@ batches of the k micro-steps, what one process with the same accumulation applie
 
 import tensorflow as tf
 
-from tfring.strategy import keras_patches
-from tfring.strategy import ring_model
 from tfring.strategy import step_rows
 
 _NAME = "gradient_accumulator"  # Keras' BaseOptimizer.build names them "<variable>_gradient_accumulator"
@@ -46,33 +44,24 @@ def is_accumulator(kwargs):
     return not kwargs.get("trainable", True) and str(kwargs.get("name") or "").endswith(_NAME)
 
 
-def _zero_where_no_rows(original):
-    def wrapper(self, grads, trainable_variables):
-        rows = step_rows.current()
-        if rows is None or not self.gradient_accumulation_steps:
-            # Without accumulation the step's gradient reduction zeroes them, bucket by bucket.
-            return original(self, grads, trainable_variables)
-        dense = [k for k, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
-        grads = list(grads)
-        for k, g in zip(dense, rows.zero_if_empty([grads[k] for k in dense]) if dense else []):
-            grads[k] = g
-        with ring_model.tracing_flag(tf.distribute.get_strategy().extended, "gradients_zeroed"):
-            return original(self, grads, trainable_variables)
+def zero_where_no_rows(grads, positions):
+    """`grads` unchanged, or zeros (the dense ones at `positions`) when this rank holds no rows in
+    the step.
 
-    return wrapper
+    Args:
+        grads: a list of gradients (tensors, `tf.IndexedSlices` or None), inside a RingStrategy step.
+        positions: the positions of the gradients that travel.
 
-
-PATCHES = [
-    keras_patches.Patch("keras.src.optimizers.base_optimizer.BaseOptimizer", "_backend_apply_gradients",
-                        _zero_where_no_rows, "a rank without rows accumulates and applies zeros, not NaN"),
-]
-
-
-def install():
-    """Wraps Keras' gradient application as the module docstring says. Idempotent.
+    Returns:
+        A list like `grads`.
 
     Example:
 
-    >>> install()
+    >>> grads = zero_where_no_rows(grads, [0, 1])   # in the optimizer's door
     """
-    keras_patches.apply(PATCHES)
+    dense = [k for k in positions if not isinstance(grads[k], tf.IndexedSlices)]
+    grads = list(grads)
+    if dense:
+        for k, g in zip(dense, step_rows.current().zero_if_empty([grads[k] for k in dense])):
+            grads[k] = g
+    return grads

@@ -12,6 +12,7 @@ next `fit`. Horovod's autotune tunes its fusion buffer online in the same spirit
 """
 
 import functools
+import inspect
 import math
 import statistics
 import sys
@@ -140,16 +141,16 @@ class BucketTuner(keras.callbacks.Callback):
 
 
 def _tuned_fit(original):
+    signature = inspect.signature(original)
+
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
         tuner = getattr(getattr(self, "_distribute_strategy", None), "bucket_tuner", None)
         if tuner is None or tuner.picked is not None:
             return original(self, *args, **kwargs)
-        if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
-            args = args[:5] + (_with(args[5], tuner),) + args[6:]
-        else:
-            kwargs["callbacks"] = _with(kwargs.get("callbacks"), tuner)
-        return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["callbacks"] = _with(bound.arguments.get("callbacks"), tuner)
+        return original(*bound.args, **bound.kwargs)
 
     return fit
 

@@ -1,6 +1,6 @@
 """`bucket_tuning.candidates`: which bucket sizes `bucket_bytes="auto"` times for a model."""
 
-from tfring.strategy import bucket_tuning
+from tfring.strategy.gradients import bucket_tuning
 
 MiB = 1 << 20
 

@@ -1,60 +1,80 @@
-"""Gradients all-reduced before Keras' optimizer looks at them as a whole, as one process would.
+"""The door: gradients are all-reduced where they enter the optimizer, before Keras looks at them.
 
-Keras 3's TensorFlow optimizer all-reduces the gradients at the last moment, in the update. Two
-things look at the gradient list before that, and under RingStrategy they would see each rank's
-share instead of the job's gradients:
+In a RingStrategy step with more than one rank, the wrap of the optimizer's public `apply` (and of
+`LossScaleOptimizer.apply`) all-reduces the gradients it is handed (in buckets through the
+communication hook, see `reduction`), then runs the rest of Keras' `apply` on the job's gradients,
+as one process would:
 
-- clipping (`clipnorm`, `global_clipnorm`, `clipvalue`): each rank would clip its share and the
-  clipped shares would be summed, which is not what one process computes (two shares clipped to a
-  norm of c can add up to 2c);
-- `LossScaleOptimizer`'s finiteness check, which puts the whole update in a `cond` on every
-  gradient: no bucket could travel before the backward pass ends.
+- clipping (`clipnorm`, `global_clipnorm`, `clipvalue`) clips the sum, not each rank's share (two
+  shares clipped to a norm of c could add up to 2c); sparse gradients about to be clipped travel
+  as rows (one process clips the rows its batch looked up);
+- `LossScaleOptimizer`'s finiteness check sees the job's gradients, so every rank takes the same
+  branch, and the buckets travel before the check instead of after the whole backward pass;
+- Keras' own gradient all-reduce, later in `apply`, is passed through: the door opens a `Frame`
+  on the strategy that `RingExtended._batch_reduce_to` honours, once per `apply`.
 
-So, in a RingStrategy step with more than one rank, the gradients are all-reduced first (in
-buckets, straight from the backward pass; sparse ones as rows, never densified, when they will be
-clipped: one process clips the rows its batch looked up) and Keras' own reduction in the update
-passes them through. An open `_Reduced` record on the optimizer says which:
+A `LossScaleOptimizer`'s door reduces for every optimizer inside it (a `MultiOptimizer`'s, a nested
+one's): their doors see its frame and only pass their gradients through.
 
-- the wrap of `_backend_apply_gradients` opens one when the optimizer clips; the wrap of
-  `_clip_gradients` reduces, clips and notes the clipped tensors; the wrap of
-  `_all_reduce_sum_gradients` passes exactly those through, and fails loudly if handed anything
-  else (a second reduction would multiply the gradients by the number of ranks);
-- the wrap of `LossScaleOptimizer.apply` reduces the scaled gradients and opens a record saying
-  everything its inner optimizer reduces in this call is reduced already. The record reaches that
-  one optimizer only, so over a `MultiOptimizer` or another `LossScaleOptimizer` (and over an
-  accumulating optimizer, which reduces once per k micro-steps) Keras' order is kept.
-
-With gradient accumulation Keras clips in the step that applies, so the accumulated sum is still
-reduced once, there.
+Gradient accumulation (`gradient_accumulation_steps=k`) keeps Keras' path, so that the gradients
+travel once per k micro-steps: the door zeroes the gradients of a rank without rows (see
+`accumulation`) and Keras all-reduces the accumulated sum on the micro-step that applies it; when
+that optimizer also clips, the wrap of `_clip_gradients` reduces the sum just before it is clipped.
 """
-
-import contextlib
 
 import tensorflow as tf
 
 from tfring.strategy import keras_patches
-from tfring.strategy import ring_model
 from tfring.strategy import step_rows
+from tfring.strategy.gradients import accumulation
 
-_RECORD = "_tfring_reduced_gradients"
 
-
-class _Reduced:
-    """What has been all-reduced in the optimizer call being traced.
+class Frame:
+    """What the door did in the `apply` being traced, read by the strategy's batch reduction.
 
     Args:
-        variables: the gradients' variables, in order.
-        all_of_them: every gradient the optimizer is handed in this call is reduced already.
+        passes: how many gradients the next batch all-reduce of this `apply` may pass through,
+            reduced already; None: it reduces as usual.
+        all_reduced: every gradient handed to an optimizer inside this one is reduced already
+            (a `LossScaleOptimizer`'s door).
+        zeroed: a rank without rows has zeroed its gradients already (accumulation).
+        reduce_at_clipping: the gradients are reduced just before they are clipped (accumulation).
     """
 
-    def __init__(self, variables, all_of_them=False):
-        self.variables = variables
-        self.all_of_them = all_of_them
-        self.ids = None  # the clipped gradients, once reduced
+    def __init__(self, passes=None, all_reduced=False, zeroed=False, reduce_at_clipping=False):
+        self.passes = passes
+        self.all_reduced = all_reduced
+        self.zeroed = zeroed
+        self.reduce_at_clipping = reduce_at_clipping
+
+    def pass_through(self, values):
+        """True when `values` are the gradients reduced at the door (then only once).
+
+        Args:
+            values: the tensors of a batch all-reduce.
+
+        Returns:
+            bool.
+
+        Raises:
+            RuntimeError: the door reduced another number of gradients (reducing these again
+                would multiply them by the number of ranks; passing them would leave them local).
+        """
+        if self.passes is None:
+            return False
+        if len(values) != self.passes:
+            raise RuntimeError(
+                f"tfring: the optimizer was handed {self.passes} gradients, which RingStrategy all-reduced, "
+                f"and then asked to all-reduce {len(values)} tensors in the same apply(): tfring cannot "
+                f"tell which of them are the gradients (an optimizer that changes the list inside apply() "
+                f"is not supported under RingStrategy)")
+        self.passes = None  # one update per apply
+        return True
 
 
 def clips(optimizer):
-    """True when `optimizer` clips gradients (`clipnorm`, `global_clipnorm` or `clipvalue`).
+    """True when `optimizer`, or one inside it, clips gradients (`clipnorm`, `global_clipnorm`,
+    `clipvalue`).
 
     Args:
         optimizer: a Keras optimizer.
@@ -67,91 +87,56 @@ def clips(optimizer):
     >>> clips(keras.optimizers.SGD(0.1, clipnorm=1.0))
     True
     """
-    return any((getattr(optimizer, name, None) or 0) > 0 for name in ("clipnorm", "global_clipnorm", "clipvalue"))
+    if any((getattr(optimizer, name, None) or 0) > 0 for name in ("clipnorm", "global_clipnorm", "clipvalue")):
+        return True
+    return any(clips(inner) for inner in _inner_optimizers(optimizer))
 
 
-def _opened(optimizer, record, call):
-    """`call()` with `record` open on `optimizer`."""
-    outer = getattr(optimizer, _RECORD, None)
-    setattr(optimizer, _RECORD, record)
+def _inner_optimizers(optimizer):
+    inner = getattr(optimizer, "inner_optimizer", None)
+    return [inner] if inner is not None else list(getattr(optimizer, "optimizers", None) or [])
+
+
+def _accumulates(optimizer):
+    return bool(getattr(optimizer, "gradient_accumulation_steps", None)) or any(
+        _accumulates(inner) for inner in _inner_optimizers(optimizer))
+
+
+def _step_extended():
+    """The strategy's `extended` while a RingStrategy step of more than one rank is traced, else None."""
+    return tf.distribute.get_strategy().extended if step_rows.current() is not None else None
+
+
+def _opened(extended, frame, call):
+    """`call()` with `frame` open on the strategy."""
+    outer = extended.gradient_frame
+    extended.gradient_frame = frame
     try:
         return call()
     finally:
-        setattr(optimizer, _RECORD, outer)
+        extended.gradient_frame = outer
 
 
-def _reduced(optimizer, grads, variables, clipping):
-    """Keras' own reduction of `grads` (record or not), sparse ones as rows when `clipping`."""
-    extended = tf.distribute.get_strategy().extended
-    with ring_model.tracing_flag(extended, "clipping_next") if clipping else contextlib.nullcontext():
-        return [g for g, _ in optimizer._all_reduce_sum_gradients(list(zip(grads, variables)))]
+def _travelling(optimizer, grads, trainable_variables):
+    """The positions of the gradients that travel: not None, and not of a variable Keras overwrites
+    with its gradient (float8 scales: each rank's own, never reduced). None when the gradients do
+    not pair with the variables one to one (Keras' own path then reduces them)."""
+    variables = trainable_variables if trainable_variables is not None else \
+        getattr(optimizer, "_trainable_variables", None)
+    variables = list(variables) if variables is not None else []
+    if len(variables) != len(grads):
+        return None
+    return [k for k, (g, v) in enumerate(zip(grads, variables))
+            if g is not None and not getattr(v, "overwrite_with_gradient", False)]
 
 
-def _open_record(original):
-    def wrapper(self, grads, trainable_variables):
-        record = getattr(self, _RECORD, None)
-        if step_rows.current() is None or not clips(self) or (record is not None and record.all_of_them):
-            return original(self, grads, trainable_variables)
-        return _opened(self, _Reduced(list(trainable_variables)), lambda: original(self, grads, trainable_variables))
-
-    return wrapper
-
-
-def _reduce_then_clip(original):
-    def wrapper(self, grads):
-        record = getattr(self, _RECORD, None)
-        if record is None or record.all_of_them:
-            return original(self, grads)
-        clipped = original(self, _reduced(self, grads, record.variables, clipping=True))
-        record.ids = [id(g) for g in clipped if g is not None]
-        return clipped
-
-    return wrapper
-
-
-def _pass_reduced(original):
-    def wrapper(self, grads_and_vars):
-        record = getattr(self, _RECORD, None)
-        if record is None or not (record.all_of_them or record.ids is not None):
-            return original(self, grads_and_vars)
-        grads_and_vars = list(grads_and_vars)
-        if record.all_of_them:
-            return grads_and_vars
-        if record.ids != [id(g) for g, _ in grads_and_vars if g is not None]:
-            raise RuntimeError(
-                "tfring: the gradients Keras' optimizer is about to all-reduce are not the ones "
-                "RingStrategy reduced and clipped in this step (something changed them between "
-                f"clipping and the update: {type(self).__name__}); reducing them again would be wrong")
-        record.ids = None  # one update per clipping
-        return grads_and_vars
-
-    return wrapper
-
-
-def _reduces_early(loss_scale_optimizer, grads, variables):
-    """True when the wrap below may reduce first: a plain inner optimizer (a MultiOptimizer or a
-    nested LossScaleOptimizer hands gradients to optimizers this record does not reach), without
-    accumulation (it reduces once per k micro-steps), one gradient per variable."""
-    import keras
-
-    inner = loss_scale_optimizer.inner_optimizer
-    nested = (keras.optimizers.LossScaleOptimizer, getattr(keras.optimizers, "MultiOptimizer", ()))
-    return (step_rows.current() is not None and not isinstance(inner, nested)
-            and not inner.gradient_accumulation_steps and len(grads) == len(variables))
-
-
-def _reduce_scaled(loss_scale_optimizer, grads, variables):
-    """The scaled gradients, all-reduced. With a wire type (`compression`), what travels is
-    unscaled, as it was before: the scale (a power of two) comes off before and back after,
-    exactly. Variables overwritten with their gradient (float8 scales) are never reduced."""
-    inner = loss_scale_optimizer.inner_optimizer
-    reduce = [k for k, v in enumerate(variables)
-              if grads[k] is not None and not inner._overwrite_variable_with_gradient(v)]
-    scale = loss_scale_optimizer.dynamic_scale if tf.distribute.get_strategy().extended.compressed else None
-    sent = [grads[k] if scale is None else _times(grads[k], 1 / scale) for k in reduce]
-    reduced = _reduced(inner, sent, [variables[k] for k in reduce], clipping=clips(inner))
+def _reduce(extended, grads, positions, as_rows, scale=None):
+    """`grads` with those at `positions` all-reduced. With `scale` (a loss scale), what travels is
+    unscaled: the scale (a power of two) comes off before and back after, exactly."""
+    sent = [grads[k] if scale is None else _times(grads[k], 1 / scale) for k in positions]
+    reduced = extended.reduce_gradients(sent, as_rows=as_rows)
     grads = list(grads)
-    for k, g in zip(reduce, reduced):
+    for k, g in zip(positions, reduced):
         grads[k] = g if scale is None else _times(g, scale)
     return grads
 
@@ -163,35 +148,69 @@ def _times(gradient, factor):
     return gradient * tf.cast(factor, gradient.dtype)
 
 
-def _reduce_before_the_finiteness_check(original):
-    def wrapper(self, grads, trainable_variables=None):
-        inner = self.inner_optimizer
-        variables = list(trainable_variables) if trainable_variables is not None else \
-            list(getattr(inner, "_trainable_variables", []))
-        if not _reduces_early(self, grads, variables):
+def _door(original):
+    def apply(self, grads, trainable_variables=None):
+        extended = _step_extended()
+        grads = list(grads)
+        positions = _travelling(self, grads, trainable_variables) if extended is not None else None
+        if not positions:
             return original(self, grads, trainable_variables)
-        grads = _reduce_scaled(self, grads, variables)
-        record = _Reduced(variables, all_of_them=True)
-        return _opened(inner, record, lambda: original(self, grads, trainable_variables))
+        outer = extended.gradient_frame
+        if outer is not None and outer.all_reduced:  # inside a LossScaleOptimizer's door
+            frame = Frame(passes=len(positions))
+        elif self.gradient_accumulation_steps:  # Keras reduces the sum, once per k micro-steps
+            grads = accumulation.zero_where_no_rows(grads, positions)
+            frame = Frame(zeroed=True, reduce_at_clipping=clips(self))
+        else:
+            grads = _reduce(extended, grads, positions, as_rows=clips(self))
+            frame = Frame(passes=len(positions))
+        return _opened(extended, frame, lambda: original(self, grads, trainable_variables))
 
-    return wrapper
+    return apply
+
+
+def _loss_scale_door(original):
+    def apply(self, grads, trainable_variables=None):
+        extended = _step_extended()
+        grads = list(grads)
+        positions = _travelling(self.inner_optimizer, grads, trainable_variables) if extended is not None else None
+        outer = extended.gradient_frame if extended is not None else None
+        if not positions or (outer is not None and outer.all_reduced) or _accumulates(self):
+            return original(self, grads, trainable_variables)
+        scale = None if extended.gradient_settings.exact else self.dynamic_scale
+        grads = _reduce(extended, grads, positions, as_rows=clips(self), scale=scale)
+        return _opened(extended, Frame(all_reduced=True), lambda: original(self, grads, trainable_variables))
+
+    return apply
+
+
+def _reduce_then_clip(original):
+    def clip(self, grads):
+        extended = _step_extended()
+        frame = extended.gradient_frame if extended is not None else None
+        if frame is None or not frame.reduce_at_clipping:
+            return original(self, grads)
+        positions = [k for k, g in enumerate(grads) if g is not None]
+        frame.reduce_at_clipping = False
+        frame.passes = len(positions)
+        return original(self, _reduce(extended, grads, positions, as_rows=True))
+
+    return clip
 
 
 PATCHES = [
-    keras_patches.Patch("keras.src.optimizers.base_optimizer.BaseOptimizer", "_backend_apply_gradients",
-                        _open_record, "under RingStrategy, clipping acts on the job's gradients"),
-    keras_patches.Patch("keras.src.optimizers.base_optimizer.BaseOptimizer", "_clip_gradients",
-                        _reduce_then_clip, "under RingStrategy, gradients are all-reduced before they are clipped"),
-    keras_patches.Patch("keras.src.backend.tensorflow.optimizer.TFOptimizer", "_all_reduce_sum_gradients",
-                        _pass_reduced, "gradients reduced early are not reduced again"),
-    keras_patches.Patch("keras.src.optimizers.loss_scale_optimizer.LossScaleOptimizer", "apply",
-                        _reduce_before_the_finiteness_check,
+    keras_patches.Patch("keras.optimizers.Optimizer", "apply", _door,
+                        "under RingStrategy, gradients are all-reduced as they enter the optimizer"),
+    keras_patches.Patch("keras.optimizers.LossScaleOptimizer", "apply", _loss_scale_door,
                         "under RingStrategy, LossScaleOptimizer checks the job's gradients, reduced in buckets"),
+    keras_patches.Patch("keras.src.optimizers.base_optimizer.BaseOptimizer", "_clip_gradients", _reduce_then_clip,
+                        "with gradient accumulation, the accumulated gradients are all-reduced before they "
+                        "are clipped"),
 ]
 
 
 def install():
-    """Wraps Keras' optimizer as the module docstring says. Idempotent.
+    """Wraps Keras' optimizers as the module docstring says. Idempotent.
 
     Example:
 

@@ -8,7 +8,7 @@ move more bytes than a ring allreduce of the dense table (more rows over all ran
 table's rows), the gradient is densified and all-reduced instead. The choice is made from the
 global row count, so every rank makes the same one. `RingStrategy(sparse_as_dense=True)` always
 densifies (Horovod's option of the same name). Gradients about to be clipped always travel as rows
-(`early_reduction`): one process clips the rows its batch looked up, duplicates apart, and a
+(`door`): one process clips the rows its batch looked up, duplicates apart, and a
 densified table's summed rows have another norm and other values.
 """
 

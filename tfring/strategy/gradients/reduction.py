@@ -1,0 +1,92 @@
+"""A step's gradients summed over the ranks: dense ones in buckets through the communication hook,
+sparse ones as rows.
+
+`RingExtended` calls `reduce_gradients` where gradients meet the strategy: at the optimizer's door
+(`door`), or from Keras' own gradient all-reduce where the door leaves it to Keras (gradient
+accumulation, custom loops).
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from tfring.strategy.gradients import buckets as buckets_lib
+from tfring.strategy.gradients import comm_hooks
+from tfring.strategy.gradients import sparse
+
+
+@dataclasses.dataclass
+class GradientSettings:
+    """How this strategy's gradients travel; every rank must hold the same settings.
+
+    Args:
+        size: the number of ranks.
+        bucket_bytes: about how many bytes travel together (0: one bucket; read at each trace:
+            `bucket_tuning` changes it).
+        sparse_as_dense: densify sparse gradients (see `sparse`).
+        hook: the communication hook of dense buckets (see `comm_hooks`).
+        hook_state: its state.
+
+    Example:
+
+    >>> GradientSettings(size=2, bucket_bytes=4 << 20)
+    """
+
+    size: int
+    bucket_bytes: int = 0
+    sparse_as_dense: bool = False
+    hook: object = comm_hooks.allreduce_hook
+    hook_state: object = None
+
+    @property
+    def exact(self):
+        """Whether gradients travel as they are (the default hook)."""
+        return self.hook is comm_hooks.allreduce_hook
+
+
+def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False):
+    """Sums (or averages) this rank's gradients over the ranks.
+
+    Args:
+        settings: a `GradientSettings`.
+        grads: a list of gradients: tensors, `tf.IndexedSlices` or None (left as they are), in the
+            order of their variables.
+        op: "sum" or "mean".
+        rows: the step's `StepRows`, whose `zero_if_empty` replaces a rank's gradients by zeros
+            when it holds no rows (one decision per bucket); None: leave them as they are.
+        as_rows: sparse gradients travel as rows, never densified (they are clipped next).
+
+    Returns:
+        A list like `grads`, reduced; identical on every rank.
+
+    Example:
+
+    >>> reduce_gradients(settings, [kernel_grad, None, embedding_grad], rows=step_rows.current())
+    """
+    reduced = list(grads)
+    dense = [k for k, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
+    slices = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
+    if dense:
+        for k, r in zip(dense, _reduce_dense(settings, [grads[k] for k in dense], op, rows)):
+            reduced[k] = r
+    if slices:
+        out = sparse.reduce_slices([grads[k] for k in slices], settings.size, settings.sparse_as_dense,
+                                   mean=op == "mean", as_rows=as_rows)
+        for k, r in zip(slices, out):
+            reduced[k] = r
+    return reduced
+
+
+def _reduce_dense(settings, values, op, rows):
+    values = [tf.convert_to_tensor(v) for v in values]
+    order = buckets_lib.plan(values, 0 if tf.executing_eagerly() else settings.bucket_bytes)
+    buckets = [[values[i] for i in idx] for idx in order]
+    if rows is not None:
+        # One decision per bucket, so that each bucket waits only for its own gradients.
+        buckets = [rows.zero_if_empty(b) for b in buckets]
+    reduced = [None] * len(values)
+    travelled = comm_hooks.run(settings.hook, settings.hook_state, buckets, op, overlap=len(buckets) > 1)
+    for idx, rs in zip(order, travelled):
+        for i, r in zip(idx, rs):
+            reduced[i] = r
+    return reduced
