@@ -76,12 +76,17 @@ test: lint test-core test-python
 # tf.function, the op library's ABI; Keras is the same version): every single-process test, and
 # the multi-process tests of fit (every data and optimizer path), the collective ops and Keras'
 # own calls. The launcher, rendezvous and engine suites (no TensorFlow in them) and the variants of
-# the same fit paths (early reduction, buckets, uneven batches...) run on the reference stack only,
+# the same fit paths (the optimizer door, buckets, uneven batches...) run on the reference stack only,
 # to keep CI inside its time.
+# Single-process: the packages that use TensorFlow (launch, config, the test rig and tests/' own
+# single-process checks import none of it, so they run on the reference stack only).
+TF_FACING_PACKAGES := tfring/ops tfring/native tfring/data tfring/strategy tfring/optimizers tfring/callbacks \
+	tfring/schedules
 TF_FACING := tests/ring_strategy_test.py tests/collectives_test.py tests/keras_calls_test.py
 test-newest-tf:
 	$(MAKE) env TF=2.21
-	.venv-tf2.21/bin/python -m pytest -q -m "not multiprocess and not emulated_hosts and not slurm and not spark"
+	.venv-tf2.21/bin/python -m pytest -q -m "not multiprocess and not emulated_hosts and not slurm and not spark" \
+	  $(TF_FACING_PACKAGES)
 	.venv-tf2.21/bin/python -m pytest -q -m "multiprocess and not emulated_hosts and not slurm and not spark" $(TF_FACING)
 
 # The oldest Keras tfring supports (KERAS_FLOOR in tfring/version.py) on the reference TensorFlow,

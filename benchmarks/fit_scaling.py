@@ -91,7 +91,7 @@ def _fit_images_per_second(strategy, replicas, rank, per_rank_input=False, like_
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     ds = _dataset(replicas, rank, per_rank_input)
     if like_ranks:  # the input as tfring gives it to each of `like_ranks` ranks on this host
-        from tfring.strategy import data_autotuning
+        from tfring.strategy.input import autotuning as data_autotuning
 
         ds = data_autotuning.for_rank(ds, like_ranks)
     model.fit(ds, epochs=1, verbose=0)  # warm-up: tracing, caches

@@ -1,4 +1,4 @@
-"""What the cross-rank check of NumPy inputs costs a `fit` call (`tfring.strategy.input_digest`).
+"""What the cross-rank check of NumPy inputs costs a `fit` call (`tfring.strategy.input.digest`).
 
     python benchmarks/input_digest.py [--gib 1] [--repeats 7]
 
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from tfring.strategy import input_digest
+from tfring.strategy.input import digest as input_digest
 
 
 def _median_ms(fn, repeats):

@@ -17,7 +17,7 @@ from tfring.runtime import shutdown
 from tfring.runtime import size
 from tfring.runtime import traffic
 from tfring.runtime import transport_name
-from tfring.lr_scaling import scale_learning_rate
+from tfring.schedules.lr_scaling import scale_learning_rate
 from tfring.chief import RankFilter
 from tfring.chief import is_chief
 from tfring.chief import print0

@@ -13,7 +13,8 @@ import sys
 import warnings
 
 # The modules whose import registers tfring's serializable classes with Keras.
-SERIALIZABLE_MODULES = ("tfring.optimizers.lars", "tfring.schedules")
+SERIALIZABLE_MODULES = ("tfring.optimizers.lars", "tfring.schedules.warm_up", "tfring.schedules.multi_step_decay",
+                        "tfring.schedules.polynomial_decay")
 
 
 def _register():

@@ -1,7 +1,7 @@
 """Which shard files of a converted dataset a rank reads: `tfrecord_dataset`'s first stage.
 
 The files come from the meta file (a prefix) or a glob of shard files, are checked against the
-meta file's sizes, and are divided among the ranks by the rule in `tfring.strategy.sharding`.
+meta file's sizes, and are divided among the ranks by the rule in `tfring.sharding`.
 """
 
 import dataclasses
@@ -10,7 +10,7 @@ import os
 import tensorflow as tf
 
 from tfring.data import meta as meta_lib
-from tfring.strategy import sharding
+from tfring import sharding
 
 
 @dataclasses.dataclass(frozen=True)

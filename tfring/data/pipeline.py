@@ -14,7 +14,7 @@ from tfring.data import example_parsing
 from tfring.data import file_selection
 from tfring.data import record_reader
 from tfring.data import remote
-from tfring.strategy import sharding
+from tfring import sharding
 
 # Average record size above which records are parsed one by one rather than batch by batch.
 _PARSE_EACH_ABOVE = 64 << 10

@@ -1,4 +1,5 @@
-"""Learning-rate schedules: warm-up around any schedule, step decay, polynomial decay.
+"""Learning-rate schedules: warm-up around any schedule, step decay, polynomial decay; and the
+learning-rate scaling rules for larger global batches (`scale_learning_rate`, in `lr_scaling`).
 
 Each is a `keras.optimizers.schedules.LearningRateSchedule` of the optimizer's step (iterations),
 so it can be passed as an optimizer's `learning_rate`, is evaluated inside the train step (every
@@ -9,8 +10,20 @@ Each schedule's formula is one function beside it (`warm_up_rate`, `multi_step_r
 epochs, for optimizers built with a float learning rate.
 """
 
-from tfring.schedules.multi_step_decay import MultiStepDecay
-from tfring.schedules.polynomial_decay import PolynomialDecay
-from tfring.schedules.warm_up import WarmUp
+__all__ = ["WarmUp", "MultiStepDecay", "PolynomialDecay", "scale_learning_rate"]
 
-__all__ = ["WarmUp", "MultiStepDecay", "PolynomialDecay"]
+# The schedules import Keras; `scale_learning_rate` (plain Python) is what `import tfring` takes.
+_HOMES = {"WarmUp": "warm_up", "MultiStepDecay": "multi_step_decay", "PolynomialDecay": "polynomial_decay",
+          "scale_learning_rate": "lr_scaling"}
+
+
+def __getattr__(name):
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"tfring.schedules.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'tfring.schedules' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

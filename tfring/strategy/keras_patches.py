@@ -3,11 +3,11 @@
 Keras 3 has no hook for what a multi-process strategy needs in a few places (rank 0 alone
 writing a save, loss scaling by the rows each rank holds, reporting on rank 0), so tfring wraps
 those functions. Each wrap is declared as a `Patch` in a `PATCHES` list beside the code that
-needs it (bucket_tuning, checkpointing, gradient_accumulation, early_reduction, loss_reductions,
-on_batch, reporting, scope_check, step_rows) and applied by `apply()`, which:
+needs it (keras_wraps/, gradients.door, gradients.loss_reductions, step_rows), and
+`keras_wraps.install.install_all()` applies them all through `apply()`, which:
 
 - wraps each function once (applying twice is a no-op, so every `RingStrategy()` may call it;
-  distinct wraps of one function, like fit's scope check and reporting, stack);
+  distinct wraps of one function would stack; today each function has one);
 - fails, naming the function and the Keras version, when Keras lacks it or its parameters no
   longer begin as the wrap expects, instead of silently training without the wrap
   (`KerasChangedError`).

@@ -1,4 +1,5 @@
-"""Every rank must train the same model: `fit` compares the model and its compile settings first.
+"""Every rank must train the same model: `fit` compares the model and its compile settings first
+(`keras_wraps.model_calls` calls `check_same_model_on_every_rank`).
 
 Ranks that build models of the same shapes but not the same model (rank 1 with `tanh` where rank
 0 has `relu`, a loss `from_logits=False` against `True`, another `steps_per_execution`) train
@@ -17,11 +18,7 @@ A layer whose config cannot be read (a custom layer without `get_config`) is com
 class and its weights' shapes.
 """
 
-import functools
-
-from tfring.strategy import keras_patches
 from tfring.strategy import rank_agreement
-from tfring.strategy.ring_model import ring_strategy_of
 
 
 def _layer_config(layer):
@@ -86,26 +83,3 @@ def check_same_model_on_every_rank(model):
         f"rank must build and compile the same model: one that differs (an activation, a loss's from_logits, "
         f"steps_per_execution) would train on averaged gradients of different models, silently. Look for code "
         f"that depends on the rank or on a per-rank file or setting.")
-
-
-def _checked(original):
-    @functools.wraps(original)
-    def fit(self, *args, **kwargs):
-        if ring_strategy_of(self) is not None:
-            check_same_model_on_every_rank(self)
-        return original(self, *args, **kwargs)
-
-    return fit
-
-
-PATCHES = [keras_patches.Patch("keras.Model", "fit", _checked, "every rank must train the same model")]
-
-
-def install():
-    """Wraps `keras.Model.fit` with the check. Idempotent.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

@@ -37,7 +37,7 @@ def test_a_dataset_distributed_again_is_sharded_once(monkeypatch):
     # 9 % of a 2-epoch fit in benchmarks/fit_scaling.py).
     import tensorflow as tf
 
-    from tfring.strategy import input_sharding
+    from tfring.strategy.input import share as input_sharding
     from tfring.strategy.ring_strategy import RingStrategy
 
     calls = []

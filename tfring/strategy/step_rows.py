@@ -11,7 +11,7 @@ gradients are then exactly the gradient of the global batch's mean, whatever eac
 rank with no rows contributes nothing but still joins every collective. When all ranks hold the
 same number of rows the share is 1 / ranks to the bit, so the even case is unchanged.
 
-`install()` routes Keras' `scale_loss_for_distribution` / `unscale_loss_for_distribution` through
+`keras_wraps.install` routes Keras' `scale_loss_for_distribution` / `unscale_loss_for_distribution` through
 the share of the step being traced; outside a RingStrategy step they behave as before.
 """
 
@@ -154,13 +154,3 @@ PATCHES = [
     keras_patches.Patch("keras.src.losses.loss", "unscale_loss_for_distribution", _unscale_by_share,
                         "the inverse of scale_loss_for_distribution", parameters=("value",)),
 ]
-
-
-def install():
-    """Routes Keras' loss (un)scaling for distribution through the step's row shares. Idempotent.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

@@ -11,8 +11,6 @@ pick lasts for the strategy's life; a `fit` that ends first leaves the rest of t
 next `fit`. Horovod's autotune tunes its fusion buffer online in the same spirit.
 """
 
-import functools
-import inspect
 import math
 import statistics
 import sys
@@ -22,7 +20,6 @@ import keras
 import tensorflow as tf
 
 from tfring.ops import collectives
-from tfring.strategy import keras_patches
 
 MiB = 1 << 20
 SIZES = tuple(m * MiB for m in (1, 2, 4, 8, 16, 32))
@@ -138,39 +135,3 @@ class BucketTuner(keras.callbacks.Callback):
         self.picked = size
         if self._rank == 0:
             print(f"tfring: bucket_bytes=auto picked {_size(size)} ({why})", file=sys.stderr, flush=True)
-
-
-def _tuned_fit(original):
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def fit(self, *args, **kwargs):
-        tuner = getattr(getattr(self, "_distribute_strategy", None), "bucket_tuner", None)
-        if tuner is None or tuner.picked is not None:
-            return original(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs)
-        bound.arguments["callbacks"] = _with(bound.arguments.get("callbacks"), tuner)
-        return original(*bound.args, **bound.kwargs)
-
-    return fit
-
-
-def _with(callbacks, tuner):
-    if isinstance(callbacks, keras.callbacks.CallbackList):
-        callbacks.append(tuner)
-        return callbacks
-    return list(callbacks or []) + [tuner]
-
-
-PATCHES = [keras_patches.Patch("keras.Model", "fit", _tuned_fit,
-                               "bucket_bytes='auto' times bucket sizes over fit's first steps")]
-
-
-def install():
-    """Wraps `keras.Model.fit` so that a strategy still tuning adds its tuner. Idempotent.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

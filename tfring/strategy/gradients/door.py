@@ -198,22 +198,15 @@ def _reduce_then_clip(original):
     return clip
 
 
+_APPLY = ("self", "grads", "trainable_variables")
+
 PATCHES = [
     keras_patches.Patch("keras.optimizers.Optimizer", "apply", _door,
-                        "under RingStrategy, gradients are all-reduced as they enter the optimizer"),
+                        "under RingStrategy, gradients are all-reduced as they enter the optimizer", parameters=_APPLY),
     keras_patches.Patch("keras.optimizers.LossScaleOptimizer", "apply", _loss_scale_door,
-                        "under RingStrategy, LossScaleOptimizer checks the job's gradients, reduced in buckets"),
+                        "under RingStrategy, LossScaleOptimizer checks the job's gradients, reduced in buckets",
+                        parameters=_APPLY),
     keras_patches.Patch("keras.src.optimizers.base_optimizer.BaseOptimizer", "_clip_gradients", _reduce_then_clip,
                         "with gradient accumulation, the accumulated gradients are all-reduced before they "
-                        "are clipped"),
+                        "are clipped", parameters=("self", "grads")),
 ]
-
-
-def install():
-    """Wraps Keras' optimizers as the module docstring says. Idempotent.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

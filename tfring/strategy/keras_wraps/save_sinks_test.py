@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from tfring.strategy import save_sinks
+from tfring.strategy.keras_wraps import save_sinks
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@ process: the weights equal one process's.
 
 Keras 3 clips before its TensorFlow optimizer all-reduces; clipping each rank's share and adding
 the clipped shares is not what one process computes (with `clipnorm=c` two shares could add up
-to a norm of 2c), so RingStrategy all-reduces first and clips the sum.
+to a norm of 2c), so RingStrategy all-reduces the gradients as they enter the optimizer (its door:
+tfring/strategy/gradients/door.py) and Keras clips the sum.
 """
 
 import json

@@ -4,7 +4,8 @@ import os
 import socket
 import subprocess
 
-from tfring.strategy import checkpointing
+from tfring.strategy.keras_wraps import checkpointing
+from tfring.strategy.keras_wraps import partial_files
 
 
 def _dead_pid():
@@ -29,7 +30,7 @@ def test_only_this_users_stale_partials_of_this_host_are_removed(tmp_path, other
     os.chown(strangers, other_user.uid, other_user.gid)  # made by someone else
     os.symlink(tmp_path / "elsewhere", my_link)
     my_folder.mkdir()
-    checkpointing._remove_stale_partials(str(shared))
+    partial_files.remove_stale(str(shared))
     assert not mine.exists()
     assert os.stat(strangers).st_uid == other_user.uid  # a stranger's file is never touched
     assert live.exists() and other_host.exists() and my_folder.is_dir()
@@ -41,7 +42,7 @@ def test_an_unreadable_shared_folder_does_not_fail_the_cleanup(tmp_path, monkeyp
         raise PermissionError(13, "Permission denied", path)
 
     monkeypatch.setattr(os, "listdir", refuse)  # a drop folder one may write into but not list
-    checkpointing._remove_stale_partials(str(tmp_path))
+    partial_files.remove_stale(str(tmp_path))
 
 
 def test_backup_metadata_is_never_written_through_a_planted_link(tmp_path):

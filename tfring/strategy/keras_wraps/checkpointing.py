@@ -5,35 +5,27 @@ that read is a collective. So `model.save`, `model.save_weights`, `ModelCheckpoi
 `BackupAndRestore` still run Keras' saving code on every rank, each into a file in memory
 (`save_sinks`: ranks > 0 write nothing to any disk, and HDF5 never meets a full one). Rank 0 then
 writes its bytes under a partial name beside the target and renames it when complete (a reader
-never sees half a file). The ranks end a save by agreeing on its outcome: when it failed on any
+never sees half a file: `partial_files`). The ranks end a save by agreeing on its outcome: when it failed on any
 rank (a full disk on rank 0), every rank raises, with the same message naming the user's path;
 when it returns, the file exists for every rank.
 
-The target folder may be shared with other users (a sticky folder like /tmp): rank 0 removes only
-partial files that it can tell are its own user's leftovers on this host, and a file it may not
-remove never fails a save.
-
-`install()` wraps those Keras methods once; models that do not belong to a multi-rank
+`keras_wraps.install` wraps those Keras methods once; models that do not belong to a multi-rank
 RingStrategy are saved exactly as before.
 """
 
 import contextlib
-import errno
 import functools
 import inspect
 import json
 import os
-import secrets
-import shutil
-import socket
-import stat
 
 from keras.src.utils import file_utils
 
 from tfring import file_safety
 from tfring.strategy import keras_patches
-from tfring.strategy import save_sinks
-from tfring.strategy.ring_model import ring_strategy_of
+from tfring.strategy.keras_wraps import partial_files
+from tfring.strategy.keras_wraps import save_sinks
+from tfring.strategy.strategy_base import ring_strategy_of
 
 
 # The name of the barrier every save starts with: a rank that saves while another trains then
@@ -115,122 +107,6 @@ def _name_for_keras(path):
     return os.path.basename(path) if file_utils.is_remote_path(path) else path
 
 
-def _partial_prefix(host=None):
-    return f".tfring-partial-{host or socket.gethostname()}-"
-
-
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def _is_stale_partial(directory, name, prefix):
-    """Whether `name` is a partial file a killed save of this user on this host left behind.
-
-    In a folder others share, a file can be named like a partial and be someone else's: only a
-    regular file this user owns, named for this host and a process no longer running, qualifies.
-    """
-    if not name.startswith(prefix):
-        return False
-    pid = name[len(prefix):].split("-", 1)[0]
-    if not pid.isdigit() or _pid_alive(int(pid)):
-        return False
-    try:
-        st = os.lstat(os.path.join(directory, name))
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
-
-
-def _remove_stale_partials(directory):
-    """Deletes partial files that a killed save of this user on this host left behind (not a live
-    job's, not another user's). A file it may not list or remove never fails the save."""
-    prefix = _partial_prefix()
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return  # a folder one may write into but not list: nothing to clean
-    for name in names:
-        if _is_stale_partial(directory, name, prefix):
-            try:
-                os.remove(os.path.join(directory, name))
-            except OSError:
-                pass  # another job cleaned it first, or it is not ours to remove after all
-
-
-def _remove_partial(partial):
-    try:
-        if os.path.isdir(partial) and not os.path.islink(partial):
-            shutil.rmtree(partial)
-        else:
-            os.remove(partial)
-    except FileNotFoundError:
-        pass
-
-
-def _unwritable(path, error):
-    """The error every rank raises when rank 0 could not write `path` (naming it, not the partial)."""
-    directory = os.path.dirname(path)
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = f"the disk holding `{directory}` is full or over quota; free space there or save elsewhere"
-    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = f"this user may not write into `{directory}`; save into a folder you can write"
-    else:
-        fix = "check that folder, or save elsewhere"
-    message = (f"{error.strerror or error}: tfring could not save `{path}`: {fix}. The incomplete file was "
-               f"removed; an earlier `{os.path.basename(path)}`, if any, is unchanged")
-    return OSError(error.errno, message) if error.errno is not None else OSError(message)
-
-
-def _replace(partial, path):
-    """Renames `partial` to `path`; a folder (`zipped=False`) replaces an earlier folder there, as
-    Keras' own save writes over one."""
-    try:
-        os.replace(partial, path)
-    except OSError as e:
-        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(partial) or os.path.islink(path):
-            raise
-        earlier = f"{partial}-earlier"
-        os.rename(path, earlier)
-        try:
-            os.rename(partial, path)
-        except OSError:
-            os.rename(earlier, path)  # the earlier folder stays
-            raise
-        shutil.rmtree(earlier, ignore_errors=True)
-
-
-def _write_out(target, path, folder=False):
-    """Rank 0: writes what Keras saved into `target` to `path`, under a partial name renamed when complete.
-
-    `folder`: unpack the `.keras` archive in `target` into a folder (`zipped=False`).
-
-    The partial name carries this host, this process and a random part, so no one can plant a file
-    at it beforehand, and `_remove_stale_partials` can tell a killed save's leftover from a live one.
-    """
-    directory, name = os.path.split(path)
-    partial = os.path.join(directory, f"{_partial_prefix()}{os.getpid()}-{secrets.token_hex(4)}-{name}")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        _remove_stale_partials(directory)
-        if folder:
-            save_sinks.write_folder(target, partial)
-        else:
-            with save_sinks.contents(target) as data, file_safety.create_exclusive(partial, 0o666) as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        _replace(partial, path)
-    except OSError as e:
-        _remove_partial(partial)
-        raise _unwritable(path, e) from e
-
-
 def _outcome(error):
     if error is None:
         return None
@@ -287,7 +163,7 @@ def _rank0_writes(original):
                                          zipped=zipped)
             result = original(self, target, *args, **kwargs)
             if strategy.rank == 0:
-                _write_out(target, path, folder=zipped is False)
+                partial_files.write_out(target, path, folder=zipped is False)
         except Exception as e:  # every rank learns of it below, and they stay in step
             error = e
         finally:
@@ -421,19 +297,3 @@ KERAS_INTERNALS = [
     keras_patches.Internal("keras.src.utils.file_utils", "is_remote_path", ("filepath",),
                            "a path Keras would copy through $TMPDIR gets the file's name only"),
 ]
-
-
-def install():
-    """Wraps Keras' save methods so that under a multi-rank RingStrategy only rank 0 writes (and
-    makes Keras' folder creation tolerate the folder another rank just created).
-
-    Idempotent; called by `RingStrategy()`.
-
-    Raises:
-        KerasChangedError: this Keras lacks one of the wrapped functions.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

@@ -93,13 +93,3 @@ KERAS_INTERNALS = [
     keras_patches.Internal("keras.src.losses.loss", "squeeze_or_expand_to_same_rank", ("x1", "x2"),
                            "those weights shaped as Keras shapes them"),
 ]
-
-
-def install():
-    """Routes Keras' masked and sample-weighted loss means through the global divisor. Idempotent.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

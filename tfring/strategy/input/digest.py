@@ -11,24 +11,20 @@ So before each call, every rank digests its arrays (shape, dtype and an evenly s
 the digests in one allgather of two numbers. When they differ every rank fails with the same
 `ValueError`, naming the input (`x`, `y['label']`, `validation_data[0]`, ...), the ranks that
 differ and the likely cause. Datasets and generators are not digested: they are sharded, not
-copied, and a per-rank dataset is a choice `input_sharding` documents.
+copied, and a per-rank dataset is a choice `input.share` documents. (`keras_wraps.model_calls`
+calls `check_same_on_every_rank` before each of the three calls.)
 
 A sample can miss a difference in the elements it does not read; it catches arrays drawn from
 different random states or read from different files, the mistakes it is for.
 """
 
-import functools
-import inspect
-
 import numpy as np
 import tensorflow as tf
 
-from tfring.strategy import keras_patches
 from tfring.strategy import rank_agreement
-from tfring.strategy.ring_model import ring_strategy_of
 
 SAMPLED_ELEMENTS = 1 << 16
-_INPUTS = {"fit": ("x", "y", "sample_weight", "validation_data"), "evaluate": ("x", "y", "sample_weight"),
+INPUTS = {"fit": ("x", "y", "sample_weight", "validation_data"), "evaluate": ("x", "y", "sample_weight"),
            "predict": ("x",)}
 
 
@@ -107,39 +103,3 @@ def check_same_on_every_rank(call, inputs):
         f"data made with unseeded randomness (np.random, random) before tfring.RingStrategy() was created: "
         f"create the strategy first (it gives every rank rank 0's random state) or seed the generator; or data "
         f"read from a file that differs per rank.")
-
-
-def _checked(original):
-    call = original.__name__
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def checked(self, *args, **kwargs):
-        if ring_strategy_of(self) is not None:
-            bound = signature.bind(self, *args, **kwargs).arguments
-            check_same_on_every_rank(call, {name: bound.get(name) for name in _INPUTS[call]})
-        return original(self, *args, **kwargs)
-
-    return checked
-
-
-# `_checked` reads the inputs by name (one Keras no longer takes would go unchecked, silently):
-# Keras' parameters up to the last of them.
-_PARAMETERS = {"fit": ("self", "x", "y", "batch_size", "epochs", "verbose", "callbacks", "validation_split",
-                       "validation_data", "shuffle", "class_weight", "sample_weight"),
-               "evaluate": ("self", "x", "y", "batch_size", "verbose", "sample_weight"),
-               "predict": ("self", "x")}
-
-PATCHES = [keras_patches.Patch("keras.Model", name, _checked, "NumPy inputs must be the same on every rank",
-                               parameters=_PARAMETERS[name])
-           for name in _INPUTS]
-
-
-def install():
-    """Wraps `keras.Model.fit`, `evaluate` and `predict` with the check. Idempotent.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

@@ -3,7 +3,7 @@ ring_strategy_test.py)."""
 
 import pytest
 
-from tfring.strategy.data_autotuning import cores_per_rank
+from tfring.strategy.input.autotuning import cores_per_rank
 
 
 @pytest.mark.parametrize("local_size, affinity, host_cores, expected", [

@@ -22,7 +22,7 @@ from absl import logging as absl_logging
 from tensorflow.python.data.experimental.ops import distribute as data_distribute
 from tensorflow.python.distribute import input_ops
 
-from tfring.strategy import sharding
+from tfring import sharding
 
 _log = logging.getLogger("tfring")
 

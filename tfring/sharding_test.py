@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfring.strategy import sharding
+from tfring import sharding
 
 
 def test_the_batch_size_is_global_and_must_divide_by_the_ranks():

@@ -6,7 +6,7 @@ does, for identical initial weights). Left alone, row i of every rank's share wo
 dropout mask: one process with the global batch draws an independent mask for every row, so the
 ranks' noise would be correlated in a way one process's never is.
 
-`install()` wraps `SeedGenerator.next` (public Keras API) so that under a job of several ranks the
+`keras_wraps.install` wraps `SeedGenerator.next` (public Keras API) so that under a job of several ranks the
 seed it hands out has the rank folded in (`tf.random.experimental.stateless_fold_in`): the
 generators' state, and so every variable and checkpoint, stays the same on every rank; only the
 draws differ. Initial weights are unaffected: every variable takes rank 0's initial value.
@@ -38,13 +38,3 @@ def _folded(original):
 PATCHES = [keras_patches.Patch("keras.random.SeedGenerator", "next", _folded,
                                "each rank draws independent noise (the rank is folded into every seed)",
                                parameters=("self", "ordered"))]
-
-
-def install():
-    """Wraps `keras.random.SeedGenerator.next` (see the module docstring). Idempotent.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

@@ -15,7 +15,7 @@ import functools
 import inspect
 
 from tfring.strategy import keras_patches
-from tfring.strategy.ring_model import ring_strategy_of
+from tfring.strategy.strategy_base import ring_strategy_of
 
 _CACHE = "_tfring_local_predict"
 
@@ -89,14 +89,3 @@ KERAS_INTERNALS = [
     keras_patches.Internal("keras.src.backend.tensorflow.trainer", "convert_to_np_if_not_ragged", ("x",),
                            "predict_on_batch's outputs as Keras returns them"),
 ]
-
-
-def install():
-    """Wraps `keras.Model.predict_on_batch`, `train_on_batch` and `test_on_batch` (see the module
-    docstring). Idempotent.
-
-    Example:
-
-    >>> install()
-    """
-    keras_patches.apply(PATCHES)

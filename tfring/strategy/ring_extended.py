@@ -1,0 +1,240 @@
+"""`RingExtended`: what a `RingStrategy` does in each call Keras' TensorFlow trainer makes of it
+(see `ring_strategy` for the list): replicas, variables, the step, reductions and input.
+"""
+
+import tensorflow as tf
+from tensorflow.python.distribute import distribute_lib
+from tensorflow.python.distribute import distribute_utils
+from tensorflow.python.distribute import one_device_strategy
+from tensorflow.python.distribute import values as values_lib
+
+from tfring.ops import collectives
+from tfring.ops import ordering
+from tfring.strategy import rank_statistics
+from tfring.strategy import step_outputs
+from tfring.strategy import step_rows
+from tfring.strategy.gradients import accumulation
+from tfring.strategy.gradients import reduction
+from tfring.strategy.input import distributed
+
+
+def _unwrap_initial_value(initial_value):
+    # Checkpoint restore hands a CheckpointInitialValue; its wrapped tensor is what we broadcast.
+    wrapped = getattr(initial_value, "wrapped_value", None)
+    return wrapped if wrapped is not None else initial_value
+
+
+def _is_local_statistic(kwargs):
+    dtype = kwargs.get("dtype")
+    floating = dtype is not None and tf.as_dtype(dtype).is_floating
+    aggregation = kwargs.get("aggregation", tf.VariableAggregation.NONE)
+    return (floating and not kwargs.get("trainable", True)
+            and kwargs.get("synchronization", tf.VariableSynchronization.AUTO) in (
+                tf.VariableSynchronization.AUTO, tf.VariableSynchronization.ON_WRITE)
+            and aggregation in (tf.VariableAggregation.NONE, tf.VariableAggregation.MEAN, None))
+
+
+class _RingReplicaContext(distribute_lib.ReplicaContext):
+    """The replica context inside `run()`: this process is replica `rank` of `size`."""
+
+    def __init__(self, strategy, rank):
+        distribute_lib.ReplicaContext.__init__(self, strategy, replica_id_in_sync_group=rank)
+
+    @property
+    def devices(self):
+        return self._strategy.extended.worker_devices
+
+
+class RingExtended(one_device_strategy.OneDeviceExtended):
+    """The strategy's implementation; see the module docstring for what each override is for."""
+
+    def __init__(self, container_strategy, device, rank, size, gradient_settings):
+        super().__init__(container_strategy, device)
+        self.gradient_settings = gradient_settings  # read when the train step is traced
+        self._rank = rank
+        self._size = size
+        self.inputs = distributed.RankInputs(self, rank, size)
+        self.step_rows = None  # the StepRows of the step being traced (see step_rows)
+        self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
+        self.gradient_frame = None  # what the optimizer's door did in the apply being traced (door)
+
+    @property
+    def bucket_bytes(self):
+        """Bytes of gradients per bucket, read when the train step is traced (bucket_tuning sets it)."""
+        return self.gradient_settings.bucket_bytes
+
+    @bucket_bytes.setter
+    def bucket_bytes(self, value):
+        self.gradient_settings.bucket_bytes = value
+
+    # ---- replicas ----
+    @property
+    def _num_replicas_in_sync(self):
+        return self._size
+
+    def _get_local_replica_id(self, replica_id_in_sync_group):
+        return 0
+
+    def _in_multi_worker_mode(self):
+        # False keeps tf.distribute's input iterator local: in multi-worker mode it all-reduces
+        # "has data" at every get_next, a collective Keras' steps_per_execution loop runs unordered
+        # with the step's own (ranks then disagree on the order). Ranks agree on each step's rows
+        # inside the step instead (step_rows).
+        return False
+
+    # ---- variables ----
+    def _create_variable(self, next_creator, **kwargs):
+        if accumulation.is_accumulator(kwargs):
+            # Each rank's own partial sum, all-reduced only when applied (gradients.accumulation).
+            kwargs.update(synchronization=tf.VariableSynchronization.ON_READ,
+                          aggregation=tf.VariableAggregation.SUM)
+        synchronization = kwargs.get("synchronization", tf.VariableSynchronization.AUTO)
+        if synchronization == tf.VariableSynchronization.ON_READ:
+            # Read through _reduce_to: a metric's result() outside the step is global.
+            return self._distributed_variable(next_creator, kwargs)
+        if self._size > 1:
+            initial_value = _unwrap_initial_value(kwargs["initial_value"])
+            kwargs["initial_value"] = self._from_rank0(initial_value, kwargs.get("dtype"))
+            if _is_local_statistic(kwargs):
+                # Non-trainable floats assigned inside the step (batch-norm moving averages) are
+                # statistics of each rank's data: averaged across ranks at every assignment, as
+                # MirroredStrategy does with aggregation MEAN, so the ranks never drift apart.
+                kwargs["aggregation"] = tf.VariableAggregation.MEAN
+                return self._distributed_variable(next_creator, kwargs)
+        return super()._create_variable(next_creator, **kwargs)
+
+    def _distributed_variable(self, next_creator, kwargs):
+        """A SyncOnRead or Mirrored variable (by kwargs' synchronization) with one component."""
+
+        def one_component(**kw):
+            with tf.device(self._device):
+                return [next_creator(**kw)]
+
+        return distribute_utils.create_mirrored_variable(
+            self._container_strategy(), one_component, rank_statistics.MIRRORED_CLASSES,
+            distribute_utils.VARIABLE_POLICY_MAPPING, **kwargs)
+
+    def _from_rank0(self, initial_value, dtype):
+        def from_rank0():
+            value = initial_value() if callable(initial_value) else initial_value
+            value = tf.convert_to_tensor(value, dtype=dtype)
+            return collectives.broadcast(value, root_rank=0)
+
+        return from_rank0
+
+    def _update(self, var, fn, args, kwargs, group):
+        # Updates of our one-component distributed variables go to their single component, as
+        # MirroredStrategy's update does per component.
+        if isinstance(var, values_lib.DistributedVariable):
+            var = var._get_on_device_or_primary()
+        args = distribute_utils.select_replica(0, args)
+        kwargs = distribute_utils.select_replica(0, kwargs)
+        return super()._update(var, fn, args, kwargs, group)
+
+    def _update_non_slot(self, colocate_with, fn, args, kwargs, group):
+        # As OneDeviceExtended, but the update context names replica 0 (an index, as distributed
+        # variables expect) instead of the device.
+        del colocate_with
+        with tf.device(self._device), distribute_lib.UpdateContext(0):
+            result = fn(*args, **kwargs)
+            return result if group else tf.nest.map_structure(self._local_results, result)
+
+    # ---- running a step ----
+    def _call_for_each_replica(self, fn, args, kwargs):
+        strategy = self._container_strategy()
+        # The distributed iterator wraps this process's batch in one-component PerReplica values.
+        args = distribute_utils.select_replica(0, args)
+        kwargs = distribute_utils.select_replica(0, kwargs)
+        since = ordering.mark()
+        with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
+            outer = self.step_rows
+            if self._size > 1:
+                # A call inside a step (LossScaleOptimizer's merge path) belongs to that step's rows.
+                self.step_rows = outer or step_rows.StepRows.of((args, kwargs), self._size)
+            try:
+                outputs = fn(*args, **kwargs)
+            finally:
+                self.step_rows = outer
+        if self._size == 1:
+            return outputs
+        # After everything the step ran, collectives in nested graphs included (ordering).
+        return ordering.after_ops_since(since, lambda: step_outputs.gather(outputs, self._size, self.step_rows))
+
+    # ---- reductions ----
+    def _reduce_values(self, reduce_op, tensors):
+        # Not gradients (metrics' state, statistics): exact, in their own type, whatever the hook.
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        if self._size == 1 or not tensors:
+            return tensors
+        return collectives.allreduce(tensors, op="mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum")
+
+    def reduce_gradients(self, grads, reduce_op=tf.distribute.ReduceOp.SUM, as_rows=False):
+        """This rank's gradients summed over the ranks (see `gradients.reduction`); None stays None.
+
+        Args:
+            grads: a list of tensors, `tf.IndexedSlices` or None.
+            reduce_op: SUM or MEAN.
+            as_rows: sparse gradients travel as rows (they are clipped next).
+
+        Returns:
+            A list like `grads`.
+        """
+        frame = self.gradient_frame
+        rows = None if frame is not None and frame.zeroed else self.step_rows
+        op = "mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum"
+        return reduction.reduce_gradients(self.gradient_settings, grads, op=op, rows=rows, as_rows=as_rows)
+
+    def _local_value(self, value):
+        if isinstance(value, tf.IndexedSlices):
+            return tf.convert_to_tensor(value)  # (batch reductions keep them sparse: gradients.sparse)
+        if isinstance(value, values_lib.SyncOnReadVariable):
+            return value._get_on_device_or_primary().read_value()
+        if isinstance(value, values_lib.DistributedValues):
+            return value._values[0] if len(value._values) == 1 else value
+        return value
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        def one(v):
+            local = self._local_value(v)
+            if isinstance(local, values_lib.PerReplica):
+                # Already holds every rank's value (see step_outputs): reduce locally.
+                stacked = tf.stack(local.values)
+                if reduce_op == tf.distribute.ReduceOp.MEAN:
+                    return tf.reduce_mean(stacked, axis=0)
+                return tf.reduce_sum(stacked, axis=0)
+            rows = self.step_rows
+            local = tf.convert_to_tensor(local)
+            if rows is not None and reduce_op == tf.distribute.ReduceOp.MEAN and local.dtype.is_floating:
+                # A variable assigned in the step (batch-norm statistics).
+                return rank_statistics.mean_over_ranks(rows, local, self.updating_by_delta)
+            return self._reduce_values(reduce_op, [local])[0]
+
+        return tf.nest.map_structure(one, value)
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        values = [v if isinstance(v, tf.IndexedSlices) else self._local_value(v) for v, _ in value_destination_pairs]
+        if self._size == 1 or (self.gradient_frame is not None and self.gradient_frame.pass_through(values)):
+            return values  # one rank, or gradients reduced at the optimizer's door
+        return self.reduce_gradients(values, reduce_op)
+
+    def _local_results(self, value):
+        if isinstance(value, values_lib.DistributedValues):
+            return value._values
+        return (value,)
+
+    # ---- input (see input.distributed) ----
+    def _experimental_distribute_dataset(self, dataset, options):
+        del options  # prefetch-to-device settings: nothing to act on with one replica per process
+        return self.inputs.distribute(dataset)
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        del options
+        return self.inputs.from_function(dataset_fn)
+
+    @property
+    def should_checkpoint(self):
+        return self._rank == 0
+
+    @property
+    def should_save_summary(self):
+        return self._rank == 0
