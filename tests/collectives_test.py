@@ -143,7 +143,8 @@ for f in failures[:20]:
 '''
 
 
-@pytest.mark.parametrize("num_processes,transport", [(2, "shm"), (2, "tcp"), (3, "shm"), (4, "tcp")])
+@pytest.mark.parametrize("num_processes,transport", [(2, "shm"), (2, "tcp"), (3, "shm"),
+                                                       pytest.param(4, "tcp", marks=pytest.mark.extended)])
 def test_every_dtype_op_and_collective_matches_numpy(num_processes, transport):
     proc = run_job(num_processes, CHECK_EVERYTHING, env={"TFRING_TRANSPORT": transport})
     assert proc.returncode == 0, proc.stderr[-3000:]

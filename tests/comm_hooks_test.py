@@ -41,7 +41,11 @@ def weights(hook=None, state=None, bucket_bytes=0):
     return np.concatenate([v.numpy().ravel() for v in m.weights]), strategy
 
 
-default, _ = weights()
+default, first = weights()
+try:
+    first.register_comm_hook(None, halves)
+except RuntimeError as e:
+    print("LATE", e)
 state = {}
 hooked, strategy = weights(halves, state, bucket_bytes=64)
 print("EQUAL", bool(np.array_equal(default, hooked)), "BUCKETS", state["buckets"], "TRACED", len(calls) > 0)
@@ -74,5 +78,6 @@ def test_a_users_exact_hook_trains_as_the_default_and_misuse_is_refused():
         assert any(l.startswith("EQUAL True BUCKETS") and "TRACED True" in l for l in lines), lines
         assert int([l for l in lines if l.startswith("EQUAL")][0].split()[3]) > 1  # several buckets travelled
         assert any(l.startswith("TWICE") and "registered already" in l for l in lines), lines
+        assert any(l.startswith("LATE") and "before the first fit" in l for l in lines), lines
         assert any(l.startswith("COMPRESSION") and "cast_hook" in l for l in lines), lines
         assert any(l.startswith("BAD TypeError") and "dropping returned tensors" in l for l in lines), lines

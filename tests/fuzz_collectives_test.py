@@ -77,7 +77,8 @@ print("DIGEST", digest.hexdigest())
 '''
 
 
-@pytest.mark.parametrize("ranks,transport,seed", [(2, "shm", 1), (3, "tcp", 2), (3, "shm", 3)])
+@pytest.mark.parametrize("ranks,transport,seed", [(2, "shm", 1), (3, "tcp", 2),
+                                                   pytest.param(3, "shm", 3, marks=pytest.mark.extended)])
 def test_random_collectives_match_numpy_and_are_identical_on_every_rank(ranks, transport, seed):
     threshold = random.Random(seed).choice([0, 1000, 65536, 1 << 20, 64 << 20])
     proc = run_job(ranks, FUZZ, env={"FUZZ_SEED": str(seed), "FUZZ_CALLS": "150", "TFRING_TRANSPORT": transport,

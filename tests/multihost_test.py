@@ -80,8 +80,10 @@ def _no_ranks_left(hosts, seconds=30):
     raise AssertionError(f"processes left on the emulated hosts: {left}")
 
 
-@pytest.mark.parametrize("layout,algorithm", [((2, 2), "auto"), ((2, 2), "ring"), ((1, 1, 1), "auto")],
-                         ids=["2x2-hierarchical", "2x2-ring", "3x1"])
+@pytest.mark.parametrize("layout,algorithm", [
+    pytest.param((2, 2), "auto", id="2x2-hierarchical"),
+    pytest.param((2, 2), "ring", id="2x2-ring", marks=pytest.mark.extended),
+    pytest.param((1, 1, 1), "auto", id="3x1", marks=pytest.mark.extended)])
 def test_collectives_equal_numpy_across_hosts(request, layout, algorithm):
     hosts = request.getfixturevalue("two_hosts" if len(layout) == 2 else "three_hosts")
     proc = launch(hosts, layout, CHECK_EVERYTHING, env={"TFRING_ALLREDUCE": algorithm})
@@ -112,6 +114,7 @@ def test_fit_across_hosts_equals_one_process(two_hosts, tmp_path):
     assert np.max(np.abs(ranks[0] - one)) <= 1e-5, np.max(np.abs(ranks[0] - one))
 
 
+@pytest.mark.extended
 def test_hostfile_and_host_identity(three_hosts, tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# three emulated hosts\n" + "".join(f"{n} slots=1\n" for n in three_hosts.names))
@@ -137,6 +140,7 @@ def test_an_unknown_host_fails_the_start_naming_it(two_hosts):
     _no_ranks_left(two_hosts)
 
 
+@pytest.mark.extended
 def test_a_host_whose_sshd_is_stopped_fails_the_start_naming_it(two_hosts):
     two_hosts.stop_sshd(1)
     try:
@@ -203,6 +207,7 @@ def test_a_rank_killed_on_another_host_stops_every_rank_on_every_host(two_hosts)
     _no_ranks_left(two_hosts)
 
 
+@pytest.mark.extended
 def test_a_stopped_rank_times_out_the_others(two_hosts):
     proc, pids, script = _start(two_hosts, (1, 1), LOOP, env={"TFRING_TIMEOUT": "3"})
     try:
@@ -221,7 +226,8 @@ def test_a_stopped_rank_times_out_the_others(two_hosts):
     _no_ranks_left(two_hosts)
 
 
-@pytest.mark.parametrize("layout", [(1, 1), (2, 2)], ids=["2x1", "2x2-hierarchical"])
+@pytest.mark.parametrize("layout", [pytest.param((1, 1), id="2x1", marks=pytest.mark.extended),
+                                    pytest.param((2, 2), id="2x2-hierarchical")])
 def test_a_host_cut_off_mid_allreduce_fails_the_others_naming_the_peer(two_hosts, layout):
     proc, pids, script = _start(two_hosts, layout, LOOP, env={"TFRING_TIMEOUT": "5"})
     try:
@@ -242,6 +248,7 @@ def test_a_host_cut_off_mid_allreduce_fails_the_others_naming_the_peer(two_hosts
     _no_ranks_left(two_hosts, seconds=60)  # rank 1 times out by itself behind the cut link
 
 
+@pytest.mark.extended
 def test_hierarchical_allreduce_on_an_uneven_layout_fails_saying_why(two_hosts):
     proc = launch(two_hosts, (2, 1), LOOP, env={"TFRING_ALLREDUCE": "hierarchical"}, timeout=120)
     assert proc.returncode != 0
@@ -279,6 +286,7 @@ _NEEDS_MPIRUN = pytest.mark.skipif(shutil.which("mpirun") is None,
 
 
 @_NEEDS_MPIRUN
+@pytest.mark.extended
 def test_mpirun_across_hosts_with_a_secret_and_a_store_address(two_hosts):
     env = {k: v for k, v in {**os.environ, **QUIET_ENV}.items() if not k.startswith("TFRING_")}
     env["TFRING_SECRET"] = secrets.token_hex(16)
@@ -287,6 +295,7 @@ def test_mpirun_across_hosts_with_a_secret_and_a_store_address(two_hosts):
 
 
 @_NEEDS_MPIRUN
+@pytest.mark.extended
 def test_mpirun_across_hosts_finds_rank0_through_a_rendezvous_file(two_hosts, tmp_path):
     env = {k: v for k, v in {**os.environ, **QUIET_ENV}.items() if not k.startswith("TFRING_")}
     env["TFRING_SECRET"] = secrets.token_hex(16)
@@ -302,7 +311,8 @@ def test_mpirun_across_hosts_with_nothing_set_over_mpi4py(two_hosts):
     _mpirun(two_hosts, env)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGTERM, id="SIGTERM", marks=pytest.mark.extended),
+                                    pytest.param(signal.SIGINT, id="SIGINT")])
 def test_a_signal_to_the_launcher_stops_every_rank_on_every_host(two_hosts, signum):
     proc, pids, script = _start(two_hosts, (2, 2), LOOP)
     try:

@@ -51,7 +51,7 @@ np.save(f"{out}/w-{os.environ.get('AS', strategy.rank)}of{os.environ.get('OF', s
 '''
 
 
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", [2, pytest.param(3, marks=pytest.mark.extended)])
 def test_data_made_after_the_strategy_is_the_same_and_trains_as_one_process(tmp_path, size):
     job = run_job(size, AFTER, env={"OUT": str(tmp_path)})
     assert job.returncode == 0, job.stderr[-3000:]
@@ -105,7 +105,7 @@ for name, case in cases.items():
 '''
 
 
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", [2, pytest.param(3, marks=pytest.mark.extended)])
 def test_data_made_before_the_strategy_fails_on_every_rank_naming_the_input(tmp_path, size):
     job = run_job(size, BEFORE, env={"OUT": str(tmp_path)})
     assert job.returncode == 0, job.stderr[-3000:]
@@ -151,7 +151,7 @@ if strategy.rank == 0:  # a file, not a line: the weights make ~100 KB of JSON
 '''
 
 
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", [2, pytest.param(3, marks=pytest.mark.extended)])
 def test_dropout_masks_differ_across_ranks_while_weights_stay_identical(tmp_path, size):
     job = run_job(size, NOISE, env={"OUT": str(tmp_path)})
     assert job.returncode == 0, job.stderr[-3000:]

@@ -97,6 +97,7 @@ def test_gpu_kernels_compile_against_this_tensorflow_where_nvcc_is():
 
 
 @pytest.mark.multiprocess
+@pytest.mark.extended  # a second full build (~45 s); the rebuild test above builds once in make test
 def test_build_says_what_it_builds_in_one_line(tmp_path, capfd):
     target = build.build(base=str(tmp_path), jobs=2)
     lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("tfring:")]

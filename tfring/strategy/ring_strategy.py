@@ -136,7 +136,8 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
 
         Raises:
             TypeError: `hook` is not callable.
-            RuntimeError: a hook was registered already (or `compression` set one).
+            RuntimeError: a hook was registered already (or `compression` set one), or a step has
+                reduced gradients already (its traced graph would keep the old hook).
 
         Example:
 
@@ -150,4 +151,8 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
         if settings.hook is not comm_hooks.allreduce_hook:
             raise RuntimeError(f"RingStrategy.register_comm_hook: a communication hook ({comm_hooks.hook_name(settings.hook)}) "
                                f"is registered already (register one hook, once; `compression` registers one too)")
+        if settings.traced:
+            raise RuntimeError("RingStrategy.register_comm_hook: a train step has reduced gradients already, and "
+                               "its traced graph keeps the hook it was traced with: register the hook before "
+                               "the first fit (or train step)")
         settings.hook, settings.hook_state = hook, state

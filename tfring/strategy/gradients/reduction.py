@@ -37,6 +37,7 @@ class GradientSettings:
     sparse_as_dense: bool = False
     hook: object = comm_hooks.allreduce_hook
     hook_state: object = None
+    traced: bool = False  # a step has reduced gradients with these settings (the hook is in its graph)
 
     @property
     def exact(self):
@@ -63,6 +64,7 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False):
 
     >>> reduce_gradients(settings, [kernel_grad, None, embedding_grad], rows=step_rows.current())
     """
+    settings.traced = True
     reduced = list(grads)
     dense = [k for k, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     slices = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
