@@ -15,26 +15,18 @@ Otherwise the kind of assignment decides:
 `MIRRORED_CLASSES` is the variable class mapping that records which kind is running.
 """
 
-import contextlib
-
 from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import values as values_lib
 from tensorflow.python.ops import variables as variables_lib
 
 from tfring.ops import collectives
 from tfring.ops import ordering
+from tfring.strategy import strategy_base
 
 
-@contextlib.contextmanager
 def _by_delta(variable):
     """Tells the strategy's reduction, while the assignment inside is traced, that it adds a delta."""
-    extended = variable._distribute_strategy.extended
-    previous = extended.updating_by_delta
-    extended.updating_by_delta = True
-    try:
-        yield
-    finally:
-        extended.updating_by_delta = previous
+    return strategy_base.while_traced(variable._distribute_strategy.extended, "updating_by_delta", True)
 
 
 class RingMirroredVariable(values_lib.MirroredVariable):

@@ -45,8 +45,9 @@ import tensorflow as tf
 from tfring.ops import collectives
 
 
-class Future:
-    """The result of a hook's collectives, available once the step has started them all.
+class Future(collectives.Pending):
+    """The result of a hook's collectives, available once the step has started them all: a
+    `tfring.ops` `Pending` (its `wait()` gives the list of tensors, computed once) with `then`.
 
     Args:
         wait: a function of no arguments returning a list of tensors (called at most once).
@@ -56,20 +57,6 @@ class Future:
     >>> future = bucket.allreduce(bucket.gradients, "sum")
     >>> future.then(lambda reduced: [r / 2 for r in reduced]).wait()
     """
-
-    def __init__(self, wait):
-        self._wait = wait
-        self._result = None
-
-    def wait(self):
-        """The list of tensors this future stands for.
-
-        Returns:
-            A list of tensors.
-        """
-        if self._result is None:
-            self._result = list(self._wait())
-        return self._result
 
     def then(self, fn):
         """A future of `fn(result)`.
@@ -220,13 +207,14 @@ def run(hook, state, buckets, op, overlap):
 
 def _checked(hook, bucket, reduced):
     expected = [(g.dtype, g.shape) for g in bucket.gradients]
-    got = [(tf.convert_to_tensor(r).dtype, tf.convert_to_tensor(r).shape) for r in reduced]
+    reduced = [tf.convert_to_tensor(r) for r in reduced]
+    got = [(r.dtype, r.shape) for r in reduced]
     if len(got) != len(expected) or any(d1 != d2 or not s1.is_compatible_with(s2)
                                         for (d1, s1), (d2, s2) in zip(got, expected)):
         raise TypeError(f"tfring: the communication hook {hook_name(hook)} returned tensors {got} for bucket "
                         f"{bucket.index}, whose gradients are {expected}: a hook returns one tensor per "
                         f"gradient, of its shape and dtype")
-    return list(reduced)
+    return reduced
 
 
 def hook_name(hook):

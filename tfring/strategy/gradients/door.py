@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from tfring.strategy import keras_patches
 from tfring.strategy import step_rows
+from tfring.strategy import strategy_base
 from tfring.strategy.gradients import accumulation
 
 
@@ -107,16 +108,6 @@ def _step_extended():
     return tf.distribute.get_strategy().extended if step_rows.current() is not None else None
 
 
-def _opened(extended, frame, call):
-    """`call()` with `frame` open on the strategy."""
-    outer = extended.gradient_frame
-    extended.gradient_frame = frame
-    try:
-        return call()
-    finally:
-        extended.gradient_frame = outer
-
-
 def _travelling(optimizer, grads, trainable_variables):
     """The positions of the gradients that travel: not None, and not of a variable Keras overwrites
     with its gradient (float8 scales: each rank's own, never reduced). None when the gradients do
@@ -164,7 +155,8 @@ def _door(original):
         else:
             grads = _reduce(extended, grads, positions, as_rows=clips(self))
             frame = Frame(passes=len(positions))
-        return _opened(extended, frame, lambda: original(self, grads, trainable_variables))
+        with strategy_base.while_traced(extended, "gradient_frame", frame):
+            return original(self, grads, trainable_variables)
 
     return apply
 
@@ -179,7 +171,8 @@ def _loss_scale_door(original):
             return original(self, grads, trainable_variables)
         scale = None if extended.gradient_settings.exact else self.dynamic_scale
         grads = _reduce(extended, grads, positions, as_rows=clips(self), scale=scale)
-        return _opened(extended, Frame(all_reduced=True), lambda: original(self, grads, trainable_variables))
+        with strategy_base.while_traced(extended, "gradient_frame", Frame(all_reduced=True)):
+            return original(self, grads, trainable_variables)
 
     return apply
 
