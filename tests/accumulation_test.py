@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from tfring_dev.testing import assert_ranks_equal_one_process
-from tfring_dev.testing import run_alone_then_jobs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -75,10 +74,10 @@ resumed("resumed")
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(warm, tmp_path_factory):
     out = tmp_path_factory.mktemp("accumulation")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore"}
-    run_alone_then_jobs(SCRIPT, env=env)
+    warm.run_alone_then_jobs(SCRIPT, env=env)
     return out
 
 

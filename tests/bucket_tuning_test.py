@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 
-from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -52,9 +51,9 @@ run("fixed", 4096, [160, 480])
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
+def job(warm, tmp_path_factory):
     out = tmp_path_factory.mktemp("tuning")
-    proc = run_job(2, FIT, env={"OUT": str(out)}, timeout=240)
+    proc = warm.run_job(2, FIT, env={"OUT": str(out)}, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc
 

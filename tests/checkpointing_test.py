@@ -40,7 +40,7 @@ np.save(os.path.join(out, f"weights{strategy.rank}.npy"), np.concatenate([w.rave
 '''
 
 
-def test_only_rank0_writes_and_every_rank_can_load(tmp_path):
+def test_only_rank0_writes_and_every_rank_can_load(warm, tmp_path):
     # A partial file of a killed save on this host is cleaned up; a live process's is left alone.
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -49,7 +49,7 @@ def test_only_rank0_writes_and_every_rank_can_load(tmp_path):
     live = tmp_path / "ckpt" / f".tfring-partial-{socket.gethostname()}-{os.getpid()}-epoch1.keras"
     stale.write_text("half a file")
     live.write_text("being written")
-    proc = run_job(2, SAVE, env={"OUT": str(tmp_path)}, timeout=600)
+    proc = warm.run_job(2, SAVE, env={"OUT": str(tmp_path)}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("LOADED_SAME True") == 2, proc.stdout
     names = sorted(os.listdir(tmp_path))
@@ -96,33 +96,33 @@ print("FINISHED", strategy.rank)
 '''
 
 
-def _killed_and_resumed(tmp_path, kill):
+def _killed_and_resumed(warm, tmp_path, kill):
     """Runs RESUME straight, then killed as `kill` says and resumed; returns the two output folders."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     straight.mkdir()
     resumed.mkdir()
-    proc = run_job(2, RESUME, env={"OUT": str(straight), "BACKUP": str(tmp_path / "b1")}, timeout=600)
+    proc = warm.run_job(2, RESUME, env={"OUT": str(straight), "BACKUP": str(tmp_path / "b1")}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     killed = run_job(2, RESUME, env=dict(kill, OUT=str(resumed), BACKUP=str(tmp_path / "b2"), TFRING_TIMEOUT="20"),
                      timeout=600)
     assert killed.returncode == 128 + 9, killed.stderr[-3000:]
     assert (tmp_path / "b2").exists() and not list(resumed.iterdir())
-    again = run_job(2, RESUME, env={"OUT": str(resumed), "BACKUP": str(tmp_path / "b2")}, timeout=600)
+    again = warm.run_job(2, RESUME, env={"OUT": str(resumed), "BACKUP": str(tmp_path / "b2")}, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert not (tmp_path / "b2").exists()  # deleted (by rank 0) at the end of training
     return straight, resumed
 
 
-def test_backup_and_restore_after_a_kill_equals_an_uninterrupted_run(tmp_path):
-    straight, resumed = _killed_and_resumed(tmp_path, {"KILL_AT_EPOCH": "3"})
+def test_backup_and_restore_after_a_kill_equals_an_uninterrupted_run(warm, tmp_path):
+    straight, resumed = _killed_and_resumed(warm, tmp_path, {"KILL_AT_EPOCH": "3"})
     np.testing.assert_allclose(np.load(resumed / "final0.npy"), np.load(straight / "final0.npy"), rtol=0, atol=1e-6)
     assert np.array_equal(np.load(resumed / "final0.npy"), np.load(resumed / "final1.npy"))
 
 
-def test_a_kill_inside_the_backup_write_resumes_exactly(tmp_path):
+def test_a_kill_inside_the_backup_write_resumes_exactly(warm, tmp_path):
     # The weights of epoch 3 are written but its epoch number is not: the resumed run must not take
     # those weights as epoch 2's (it would train one epoch twice).
-    straight, resumed = _killed_and_resumed(tmp_path, {"KILL_IN_BACKUP_OF_EPOCH": "3"})
+    straight, resumed = _killed_and_resumed(warm, tmp_path, {"KILL_IN_BACKUP_OF_EPOCH": "3"})
     np.testing.assert_allclose(np.load(resumed / "final0.npy"), np.load(straight / "final0.npy"), rtol=0, atol=1e-6)
 
 

@@ -3,7 +3,6 @@
 import pytest
 
 from tfring_dev.testing import rank_lines
-from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -70,8 +69,8 @@ except Exception as e:
 '''
 
 
-def test_a_users_exact_hook_trains_as_the_default_and_misuse_is_refused():
-    proc = run_job(2, SCRIPT, timeout=300)
+def test_a_users_exact_hook_trains_as_the_default_and_misuse_is_refused(warm):
+    proc = warm.run_job(2, SCRIPT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank in range(2):
         lines = rank_lines(proc.stdout, rank)

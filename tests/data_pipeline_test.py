@@ -13,7 +13,6 @@ import pytest
 from tfring.launch.addresses import free_port
 from tfring_dev.testing import QUIET_ENV
 from tfring_dev.testing import rank_lines
-from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -61,9 +60,9 @@ def _convert(tmp_path, shards):
 
 
 @pytest.mark.parametrize("shards", [3, 1])
-def test_ranks_read_disjoint_equal_parts(tmp_path, shards):
+def test_ranks_read_disjoint_equal_parts(warm, tmp_path, shards):
     prefix = _convert(tmp_path, shards)
-    proc = run_job(2, RANKS, env={"PREFIX": prefix}, timeout=300)
+    proc = warm.run_job(2, RANKS, env={"PREFIX": prefix}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ids, fits = [], []
     for r in range(2):
@@ -170,7 +169,7 @@ print("STEPS", sum(1 for _ in train))
 '''
 
 
-def test_skip_corrupt_keeps_the_ranks_in_step(tmp_path):
+def test_skip_corrupt_keeps_the_ranks_in_step(warm, tmp_path):
     # Rank 1 reads shards 1 and 3; a damaged record in shard 1 drops the rest of that file there.
     # Both ranks must still run the same number of steps (the smallest), and the log says who skipped.
     from tfring.data import write_tfrecords
@@ -184,7 +183,7 @@ def test_skip_corrupt_keeps_the_ranks_in_step(tmp_path):
     data = bytearray(shard.read_bytes())
     data[len(data) // 3] ^= 0xFF
     shard.write_bytes(bytes(data))
-    proc = run_job(2, SKIPPING, env={"PREFIX": prefix}, timeout=300)
+    proc = warm.run_job(2, SKIPPING, env={"PREFIX": prefix}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = [next(l for l in rank_lines(proc.stdout, r) if l.startswith("STEPS")) for r in range(2)]
     assert steps[0] == steps[1] and int(steps[0].split()[1]) < 10, steps

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from tfring_dev.testing import assert_ranks_equal_one_process
-from tfring_dev.testing import run_alone_then_jobs
 from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
@@ -76,10 +75,10 @@ run("no_rows", 2048, 9, 8, conv=False)
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(warm, tmp_path_factory):
     out = tmp_path_factory.mktemp("buckets")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore"}
-    run_alone_then_jobs(FIT, env=env)
+    warm.run_alone_then_jobs(FIT, env=env)
     return out
 
 
@@ -136,7 +135,7 @@ def test_the_first_bucket_travels_while_later_gradients_are_computed(buckets):
     # With buckets, the first bucket's allreduce finishes while the later "layer" still runs;
     # one allreduce of both (the control) cannot start before it ends.
     env = {"WAIT": "20" if buckets else "2", "BUCKETS": "1" if buckets else "0"}
-    proc = run_job(2, OVERLAP, env=env, timeout=120)
+    proc = run_job(2, OVERLAP, env=env, timeout=120)  # counts collectives since init: a fresh job
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count(f"OVERLAPPED {buckets}") == 2, proc.stdout[-2000:]
 
@@ -185,11 +184,11 @@ print("LAST BUCKET WAITS FOR THE FIRST LAYER", first_layer in ancestors(starts[-
 @pytest.mark.parametrize("optimizer", ['"adam"', "keras.optimizers.Adam(global_clipnorm=1.0)",
                                        "keras.optimizers.Adam(clipnorm=1.0)",
                                        "keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())"])
-def test_in_a_keras_step_the_first_bucket_waits_only_for_its_own_gradients(optimizer):
+def test_in_a_keras_step_the_first_bucket_waits_only_for_its_own_gradients(warm, optimizer):
     """Also with clipping and loss scaling: the job's gradients are clipped or checked for
     finiteness after their buckets are reduced, so neither holds every bucket back until the last
     gradient exists."""
-    proc = run_job(2, STRUCTURE.replace("OPTIMIZER", optimizer), timeout=120)
+    proc = warm.run_job(2, STRUCTURE.replace("OPTIMIZER", optimizer), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "FIRST BUCKET WAITS FOR THE FIRST LAYER False" in out, out[-2000:]

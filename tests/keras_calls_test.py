@@ -19,7 +19,6 @@ import pytest
 
 from tfring_dev.testing import QUIET_ENV
 from tfring_dev.testing import rank_lines
-from tfring_dev.testing import run_alone
 from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
@@ -64,11 +63,11 @@ np.savez(f"{out}/on_batch-{strategy.rank}of{strategy.size}.npz", w=w, pred=pred,
 '''
 
 
-def test_on_batch_calls_and_model_calls_equal_one_process(tmp_path):
+def test_on_batch_calls_and_model_calls_equal_one_process(warm, tmp_path):
     env = {"OUT": str(tmp_path)}
-    proc = run_alone(ON_BATCH, env)
+    proc = warm.run_alone(ON_BATCH, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_job(2, ON_BATCH, env=env)
+    proc = warm.run_job(2, ON_BATCH, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ALONE (5, 3)" in rank_lines(proc.stdout, 0)
     one = np.load(tmp_path / "on_batch-0of1.npz")
@@ -148,13 +147,13 @@ class _Monitor(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_every_callback_acts_once_or_alike_on_every_rank(tmp_path):
+def test_every_callback_acts_once_or_alike_on_every_rank(warm, tmp_path):
     server = http.server.HTTPServer(("127.0.0.1", 0), _Monitor)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         env = {"OUT": str(tmp_path), "PYTHONWARNINGS": "ignore", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
                "MONITOR": f"http://127.0.0.1:{server.server_address[1]}"}
-        proc = run_job(2, CALLBACKS, env=env)
+        proc = warm.run_job(2, CALLBACKS, env=env)
     finally:
         server.shutdown()
         server.server_close()
@@ -289,10 +288,10 @@ print("SEEN", h.history["seen1"], h.history["seen2"])
 @pytest.mark.skipif(tuple(int(p) for p in importlib.metadata.version("keras").split(".")[:2]) < (3, 12),
                     reason="Keras < 3.12 cannot turn a metric whose result() is its own variable into a float "
                            "under a tf.distribute strategy, and this test's metrics are")
-def test_numpy_input_shuffled_without_a_seed_gives_every_row_once_per_epoch():
+def test_numpy_input_shuffled_without_a_seed_gives_every_row_once_per_epoch(warm):
     # Every rank shuffles NumPy input and keeps its rows of each global batch: without one seed on
     # every rank the ranks' rows would overlap and miss (the sums below came out 4857, 5269, 5192).
-    proc = run_job(2, SHUFFLE, env={"PYTHONWARNINGS": "ignore"})
+    proc = warm.run_job(2, SHUFFLE, env={"PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = [l for l in rank_lines(proc.stdout, 0) if l.startswith("SEEN")]
     assert seen == [f"SEEN {[5050.0] * 3} {[338350.0] * 3}"], seen

@@ -10,7 +10,6 @@ import pytest
 
 from tfring_dev.testing import QUIET_ENV
 from tfring_dev.testing import rank_lines
-from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -57,10 +56,10 @@ print("LOSS", json.dumps(hist.history["loss"]))
 '''
 
 
-def test_lars_with_warmup_and_decay_on_two_ranks(tmp_path):
+def test_lars_with_warmup_and_decay_on_two_ranks(warm, tmp_path):
     script = tmp_path / "large_batch.py"
     script.write_text(SCRIPT)
-    proc = run_job(2, SCRIPT, env={"OUT": str(tmp_path)}, timeout=300)
+    proc = warm.run_job(2, SCRIPT, env={"OUT": str(tmp_path)}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # The same script in one process with the same global batch.
     env = {k: v for k, v in dict(os.environ, **QUIET_ENV, OUT=str(tmp_path)).items() if not k.startswith("TFRING_")}
@@ -111,11 +110,11 @@ np.save(os.path.join(os.environ["OUT"], f"{os.environ['FUSED']}w{strategy.rank}o
 '''
 
 
-def test_lars_two_ranks_equal_one_process(tmp_path):
+def test_lars_two_ranks_equal_one_process(warm, tmp_path):
     script = tmp_path / "exact.py"
     script.write_text(EXACT)
     for fused in ("1", "0"):
-        proc = run_job(2, EXACT, env={"OUT": str(tmp_path), "FUSED": fused}, timeout=300)
+        proc = warm.run_job(2, EXACT, env={"OUT": str(tmp_path), "FUSED": fused}, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         env = {k: v for k, v in dict(os.environ, **QUIET_ENV, OUT=str(tmp_path), FUSED=fused).items()
                if not k.startswith("TFRING_")}

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from tfring_dev.testing import assert_ranks_equal_one_process
-from tfring_dev.testing import run_alone_then_jobs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -77,9 +76,9 @@ CASES = ["rows", "rows_weighted_mean", "rows_weighted_mean_odd", "masked", "mask
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(warm, tmp_path_factory):
     out = tmp_path_factory.mktemp("loss_reductions")
-    run_alone_then_jobs(SCRIPT, env={"OUT": str(out), "PYTHONWARNINGS": "ignore"})
+    warm.run_alone_then_jobs(SCRIPT, env={"OUT": str(out), "PYTHONWARNINGS": "ignore"})
     return out
 
 

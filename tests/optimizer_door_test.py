@@ -13,9 +13,6 @@ import json
 import pytest
 
 from tfring_dev.testing import assert_ranks_equal_one_process
-from tfring_dev.testing import run_alone
-from tfring_dev.testing import run_alone_then_jobs
-from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -139,9 +136,9 @@ CASES = ["clipnorm", "global_clipnorm", "clipvalue", "eager", "no_rows", "accumu
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(warm, tmp_path_factory):
     out = tmp_path_factory.mktemp("clipping")
-    run_alone_then_jobs(SCRIPT, env={"OUT": str(out), "PYTHONWARNINGS": "ignore"})
+    warm.run_alone_then_jobs(SCRIPT, env={"OUT": str(out), "PYTHONWARNINGS": "ignore"})
     return out
 
 
@@ -197,10 +194,10 @@ print("SCALE", float(opt.dynamic_scale.numpy()), flush=True)
 '''
 
 
-def test_with_compression_the_loss_scale_moves_as_in_one_process():
+def test_with_compression_the_loss_scale_moves_as_in_one_process(warm):
     """With a float16 wire, what travels is the unscaled gradients: the loss scale is not halved
     for overflows of the wire type that one process never sees."""
-    alone, job = run_alone(COMPRESSED, timeout=120), run_job(2, COMPRESSED, timeout=120)
+    alone, job = warm.run_alone(COMPRESSED, timeout=120), warm.run_job(2, COMPRESSED, timeout=120)
     assert alone.returncode == 0 and job.returncode == 0, (alone.stderr + job.stderr)[-3000:]
     scales = [line.split()[-1] for line in (alone.stdout + job.stdout).splitlines() if "SCALE" in line]
     assert len(scales) == 3 and len(set(scales)) == 1, scales

@@ -60,10 +60,10 @@ def _single(tmp_path, env):
 
 
 @pytest.mark.parametrize("opt,source", [("sgd", "numpy"), ("adam", "dataset")])
-def test_two_ranks_equal_one_process(tmp_path, opt, source):
+def test_two_ranks_equal_one_process(warm, tmp_path, opt, source):
     env = {"OPT": opt, "INPUT": source, "OUT": str(tmp_path)}
     _single(tmp_path, env)
-    proc = run_job(2, FIT, env=env, timeout=600)
+    proc = warm.run_job(2, FIT, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = np.load(tmp_path / "w0of1.npy")
     r0, r1 = np.load(tmp_path / "w0of2.npy"), np.load(tmp_path / "w1of2.npy")
@@ -159,9 +159,9 @@ print("CUSTOM_STEP_SAME", bool(np.all(gw == gw[0])), np.round(w, 5).tolist())
 '''
 
 
-def _custom_loop_job(ranks):
+def _custom_loop_job(warm, ranks):
     """Runs CUSTOM on `ranks` ranks, checks what every rank printed, returns rank 0's weights."""
-    proc = run_job(ranks, CUSTOM)
+    proc = warm.run_job(ranks, CUSTOM)
     assert proc.returncode == 0, proc.stderr[-3000:]
     weights = []
     for r in range(ranks):
@@ -180,11 +180,11 @@ def _custom_loop_job(ranks):
     return weights[0]
 
 
-def test_custom_loops_variables_and_train_step_on_one_and_two_ranks():
+def test_custom_loops_variables_and_train_step_on_one_and_two_ranks(warm):
     # Custom loops work on 1 and on 2 ranks, and the custom train_step on the same global batches
     # ends with the same weights on both.
-    one = _custom_loop_job(1)
-    two = _custom_loop_job(2)
+    one = _custom_loop_job(warm, 1)
+    two = _custom_loop_job(warm, 2)
     np.testing.assert_allclose(two, one, rtol=0, atol=1e-5)
 
 
@@ -256,8 +256,8 @@ def test_ranks_with_different_numbers_of_steps_fail_within_the_timeout():
     assert any("different numbers of steps" in l for l in errors), errors
 
 
-def test_fp16_compression_trains_and_keeps_ranks_identical():
-    proc = run_job(2, BAD, env={"CASE": "compression", "COMPRESSION": "fp16"}, timeout=300)
+def test_fp16_compression_trains_and_keeps_ranks_identical(warm):
+    proc = warm.run_job(2, BAD, env={"CASE": "compression", "COMPRESSION": "fp16"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [l for l in proc.stdout.splitlines() if "IDENTICAL" in l]
     assert len(lines) == 2 and all("IDENTICAL True" in l for l in lines), proc.stdout
@@ -309,8 +309,8 @@ print("SKIPPED", bool(np.array_equal(w(), w0)), "SAME", bool(np.all(g == g[0])),
 '''
 
 
-def test_mixed_float16_loss_scaling_decides_finiteness_for_all_ranks():
-    proc = run_job(2, MIXED, timeout=600)
+def test_mixed_float16_loss_scaling_decides_finiteness_for_all_ranks(warm):
+    proc = warm.run_job(2, MIXED, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for r in range(2):
         lines = [l.split("] ", 1)[1] for l in proc.stdout.splitlines() if l.startswith(f"[{r}] ")]
@@ -341,14 +341,14 @@ np.save(os.path.join(os.environ["OUT"], f"bn{strategy.rank}of{strategy.size}.npy
 '''
 
 
-def test_batch_norm_moving_statistics_are_averaged_across_ranks(tmp_path):
+def test_batch_norm_moving_statistics_are_averaged_across_ranks(warm, tmp_path):
     env = {"OUT": str(tmp_path)}
     script = tmp_path / "bn.py"
     script.write_text(BATCHNORM)
     full = {k: v for k, v in dict(os.environ, **QUIET_ENV, **env).items() if not k.startswith("TFRING_")}
     one = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=full, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
-    proc = run_job(2, BATCHNORM, env=env, timeout=600)
+    proc = warm.run_job(2, BATCHNORM, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     single, r0, r1 = (np.load(tmp_path / f) for f in ("bn0of1.npy", "bn0of2.npy", "bn1of2.npy"))
     assert np.array_equal(r0, r1), "moving statistics differ between ranks"
@@ -411,9 +411,9 @@ def _write_shards(directory, files=4, per_file=8):
 
 
 @pytest.mark.parametrize("files", [4, 1])
-def test_input_sharded_by_file_when_there_are_enough_files(tmp_path, files):
+def test_input_sharded_by_file_when_there_are_enough_files(warm, tmp_path, files):
     _write_shards(tmp_path)
-    proc = run_job(2, SHARDS, env={"DATA": str(tmp_path), "FILES": str(files)}, timeout=300)
+    proc = warm.run_job(2, SHARDS, env={"DATA": str(tmp_path), "FILES": str(files)}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = {}
     for r in range(2):
@@ -496,12 +496,10 @@ print("LOGS", json.dumps(model.evaluate(x, y, batch_size=32, verbose=0, return_d
 '''
 
 
-def test_compression_narrows_gradients_only_metrics_stay_exact():
+def test_compression_narrows_gradients_only_metrics_stay_exact(warm):
     """`compression="fp16"` is for gradients: a metric's state (a sum over the epoch's rows) is
     reduced in its own type, so `evaluate` gives one process's figures, not float16's infinity."""
-    from tfring_dev.testing import run_alone
-
-    alone, job = run_alone(EXACT_METRICS, timeout=120), run_job(2, EXACT_METRICS, timeout=300)
+    alone, job = warm.run_alone(EXACT_METRICS, timeout=120), warm.run_job(2, EXACT_METRICS, timeout=300)
     assert alone.returncode == 0 and job.returncode == 0, (alone.stderr + job.stderr)[-3000:]
     one = json.loads(alone.stdout.split("LOGS", 1)[1])
     for rank in range(2):

@@ -4,7 +4,6 @@ import pytest
 
 from tfring_dev.testing import assert_ranks_equal_one_process
 from tfring_dev.testing import rank_lines
-from tfring_dev.testing import run_alone_then_jobs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -50,10 +49,10 @@ CASES = ["gathered_sgd", "gathered_adam", "densified_by_count", "sparse_as_dense
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(warm, tmp_path_factory):
     out = tmp_path_factory.mktemp("sparse")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore", "CASES": ",".join(CASES)}
-    for proc in run_alone_then_jobs(SCRIPT, env=env, sizes=(2, 3), timeout=600):
+    for proc in warm.run_alone_then_jobs(SCRIPT, env=env, sizes=(2, 3), timeout=600):
         # Each case's train step (traced once) handed the Embedding gradient over as IndexedSlices.
         assert "SPARSE_REDUCTIONS 4" in rank_lines(proc.stdout, 0), proc.stdout[-2000:]
     return out

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from tfring_dev.testing import QUIET_ENV
-from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -96,7 +95,7 @@ THREE_RANK_CASES = ["rows1", "rows13", "rows501", "rows1797", "spe4", "accumulat
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(warm, tmp_path_factory):
     out = tmp_path_factory.mktemp("uneven")
     env = {"OUT": str(out), "PYTHONWARNINGS": "ignore"}
     single = dict(os.environ, **QUIET_ENV, **env, CASES=",".join(EQUAL_CASES + ["lossscale"]))
@@ -106,7 +105,7 @@ def results(tmp_path_factory):
     proc = subprocess.run([sys.executable, str(script)], env=single, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for size, cases in ((2, EQUAL_CASES + ["batchnorm", "lossscale"]), (3, THREE_RANK_CASES)):
-        proc = run_job(size, SCRIPT, env=dict(env, CASES=",".join(cases)), timeout=600)
+        proc = warm.run_job(size, SCRIPT, env=dict(env, CASES=",".join(cases)), timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 

@@ -2,6 +2,8 @@
 
 - `tfring_dev.testing`: run a script as a multi-process job under `tfring run` (`run_job`,
   `run_alone`, `rank_lines`, `QUIET_ENV`...).
+- `tfring_dev.warm_job` (with its rank, `tfring_dev.warm_worker`): jobs started once that run many
+  test scripts (the `warm` fixture of tests/conftest.py).
 - `tfring_dev.emulated_hosts`: several hosts on one machine (network namespaces, an sshd and a
   hostname each, tc shaping) for the multi-host tests and benchmarks. No TensorFlow.
 - `tfring_dev.slurm_cluster`: a real SLURM on this machine for the SLURM tests. No TensorFlow.
