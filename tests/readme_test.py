@@ -11,16 +11,16 @@ from tfring_dev.testing import run_job
 README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
 
 
-def _porting_script():
+def _script(marker):
     text = open(README).read()
-    match = re.search(r"<!-- porting-guide-script -->\n```python\n(.*?)```", text, re.S)
-    assert match, "the README lost its porting-guide script"
+    match = re.search(rf"<!-- {marker} -->\n```python\n(.*?)```", text, re.S)
+    assert match, f"the README lost its {marker}"
     return match.group(1)
 
 
 @pytest.mark.multiprocess
 def test_the_porting_guide_script_runs_as_written(tmp_path):
-    script = "import os\nos.chdir(os.environ['WORKDIR'])\n" + _porting_script()
+    script = "import os\nos.chdir(os.environ['WORKDIR'])\n" + _script("porting-guide-script")
     proc = run_job(2, script, env={"WORKDIR": str(tmp_path), "PYTHONWARNINGS": "ignore"}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = [line for line in rank_lines(proc.stdout, 0) if line.startswith("validation:")]
@@ -30,6 +30,21 @@ def test_the_porting_guide_script_runs_as_written(tmp_path):
         assert (tmp_path / name).exists(), name
     rows = (tmp_path / "train_log.csv").read_text().strip().splitlines()
     assert rows[0].startswith("epoch") and 2 <= len(rows) - 1 <= 5, rows  # one row per epoch, written once
+
+
+@pytest.mark.multiprocess
+def test_the_tape_loop_for_horovod_users_runs_as_written_and_equals_one_process(warm):
+    # "Coming from Horovod": the DistributedGradientTape loop as a RingStrategy custom loop.
+    script = _script("tape-loop-script") + "print('FINAL', float(loss))\n"
+    global_batch = "GLOBAL_BATCH = 8 * strategy.num_replicas_in_sync"
+    assert global_batch in script
+    alone = warm.run_alone(script.replace(global_batch, "GLOBAL_BATCH = 16"))  # one process, N x the batch
+    job = warm.run_job(2, script)
+    assert alone.returncode == 0 and job.returncode == 0, (alone.stderr + job.stderr)[-3000:]
+    one = float(alone.stdout.split("FINAL")[1])
+    finals = [float(line.split()[1]) for r in range(2) for line in rank_lines(job.stdout, r) if line.startswith("FINAL")]
+    assert len(finals) == 2 and finals[0] == finals[1], job.stdout[-2000:]
+    assert abs(finals[0] - one) <= 1e-5 * max(1.0, abs(one)), (finals, one)
 
 
 def test_the_configuration_table_is_the_schema():

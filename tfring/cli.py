@@ -63,8 +63,8 @@ def _run_arguments(run):
     where = run.add_mutually_exclusive_group()
     where.add_argument("-H", "--hosts", default=None, help="hosts and slots: host1:4,host2:4 (default: this host)")
     where.add_argument("--hostfile", default=None, help="a file of 'host slots=N' or 'host:N' lines")
-    run.add_argument("--ssh-port", type=int, default=None, help="the port of sshd on the other hosts")
-    run.add_argument("--ssh-identity-file", default=None, help="the private key ssh uses")
+    run.add_argument("-p", "--ssh-port", type=int, default=None, help="the port of sshd on the other hosts")
+    run.add_argument("-i", "--ssh-identity-file", default=None, help="the private key ssh uses")
     run.add_argument("--rsh", default=None, help="the command that replaces 'ssh -o BatchMode=yes' "
                      "(the host and remote command follow it)")
     run.add_argument("-x", dest="exports", action="append", default=[], metavar="NAME[=VALUE]",
@@ -77,7 +77,7 @@ def _run_arguments(run):
     run.add_argument("--bind-to", default="none", choices=["none", "core"],
                      help="core: bind each rank to its share of its host's cores, so ranks do not "
                           "compete for them (default none)")
-    run.add_argument("--timeline", default=None, metavar="PATH",
+    run.add_argument("--timeline", "--timeline-filename", default=None, metavar="PATH",
                      help="each rank writes a Chrome-trace JSON of its collectives to PATH with .rankN before "
                           ".json (sets TFRING_TIMELINE)")
     run.add_argument("--timeout", type=float, default=None,
@@ -85,6 +85,9 @@ def _run_arguments(run):
     run.add_argument("--all-output", action="store_true",
                      help="show every rank's stdout, and the ranks' stderr after Ctrl-C (default: rank 0's "
                           "stdout, every rank's stderr until Ctrl-C)")
+    run.add_argument("--verbose", action="store_true", help="print the hosts, ranks and command before starting")
+    for flag in ("gloo", "mpi"):
+        run.add_argument(f"--{flag}", action="store_true", help="horovodrun's flag: accepted and ignored, saying why")
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, e.g. python train.py")
 
 
@@ -94,6 +97,7 @@ def _run_options(args):
 
     from tfring.launch import allocation
     from tfring.launch import forwarding
+    from tfring.launch import horovod_habits
     from tfring.launch import hosts
     from tfring.launch import launcher
 
@@ -112,10 +116,19 @@ def _run_options(args):
             print(f"tfring run: using the hosts of this job's allocation ({source}): {listed}", file=sys.stderr)
     if args.np is None and host_list is None:
         raise ValueError("give -np N (and, for several hosts, -H or --hostfile)")
+    horovod_exports, notes = horovod_habits.translate(os.environ)
+    notes += [why for flag, why in horovod_habits.IGNORED_FLAGS.items() if getattr(args, flag)]
+    for note in notes:
+        print(note if note.startswith("tfring run:") else f"tfring run: {note}", file=sys.stderr)
+    exports = forwarding.parse_exports(args.exports + _timeline_export(args.timeline), os.environ)
+    if args.verbose:
+        where = ", ".join(f"{h.name}:{h.slots}" for h in host_list) if host_list else "this host"
+        print(f"tfring run: {args.np or 'every slot'} ranks on {where}; program: {' '.join(args.program)}",
+              file=sys.stderr)
     return launcher.Options(
         timeout=args.timeout, all_output=args.all_output, hosts=host_list, rsh=args.rsh,
         ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file,
-        exports=forwarding.parse_exports(args.exports + _timeline_export(args.timeline), os.environ),
+        exports={**horovod_exports, **exports},
         output_dir=args.output_dir,
         start_timeout=args.start_timeout, interface=args.interface, bind_to=args.bind_to)
 

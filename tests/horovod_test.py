@@ -1,0 +1,178 @@
+"""Horovod scripts on tfring.horovod: a Keras script with only its import line changed trains as
+one process does on N times the per-rank batch, with the ranks bit-identical; a
+`DistributedGradientTape` loop likewise; the callbacks act as Horovod's.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from tfring_dev.testing import rank_lines
+
+pytestmark = pytest.mark.multiprocess
+
+# Written as a Horovod user writes it (Horovod's tensorflow2_keras_mnist.py pattern): each rank
+# fits its own rows with the per-rank batch; one process fits every row with N x that batch.
+KERAS = r'''
+import json, os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring.horovod.tensorflow.keras as hvd
+
+hvd.init()
+out, case = os.environ["OUT"], os.environ["CASE"]
+N, B = int(os.environ["N"]), 8          # the job the one-process run stands for; the per-rank batch
+rng = np.random.default_rng(0)
+x = rng.standard_normal((N * B * 6, 10)).astype("float32")
+y = (x[:, :3].sum(1) > 0).astype("int32") + (x[:, 3] > 0.5).astype("int32")
+if hvd.size() > 1:  # rank r's rows of every global batch of N x B rows
+    x, y = (a.reshape(6, N, B, *a.shape[1:])[:, hvd.rank()].reshape(6 * B, *a.shape[1:]) for a in (x, y))
+batch = B if hvd.size() > 1 else N * B
+passes = 2 if case == "accumulate" else 1
+if passes > 1 and hvd.size() == 1:
+    batch *= passes
+
+keras.utils.set_random_seed(1 + 100 * hvd.rank())  # other weights on rank 1: the broadcast gives it rank 0's
+model = keras.Sequential([keras.Input((10,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
+opt = keras.optimizers.Adam(0.01) if case == "adam" else keras.optimizers.SGD(0.05, momentum=0.9)
+if hvd.size() > 1:
+    opt = hvd.DistributedOptimizer(opt, backward_passes_per_step=passes, average_aggregated_gradients=True,
+                                   compression=hvd.Compression.fp16 if case == "fp16" else hvd.Compression.none)
+model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              metrics=["accuracy"])
+callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
+history = model.fit(x, y, batch_size=batch, epochs=2, shuffle=False, callbacks=callbacks,
+                    verbose=1 if hvd.rank() == 0 else 0)
+np.save(f"{out}/{case}-{hvd.rank()}of{hvd.size()}.npy", np.concatenate([w.numpy().ravel() for w in model.weights]))
+print("LOGS", json.dumps({k: [float(v) for v in vs] for k, vs in history.history.items()}))
+print("ITERATIONS", int(model.optimizer.iterations.numpy()))
+'''
+
+
+def _alone_and_job(warm, script, out, name, case_env=None):
+    """Runs `script` alone and as 2 ranks; returns one process's weights and each rank's."""
+    env = {"OUT": str(out), **(case_env or {})}
+    alone, job = warm.run_alone(script, env=env), warm.run_job(2, script, env=env)
+    assert alone.returncode == 0 and job.returncode == 0, (alone.stderr + job.stderr)[-3000:]
+    one = np.load(out / f"{name}-0of1.npy")
+    ranks = [np.load(out / f"{name}-{r}of2.npy") for r in range(2)]
+    assert np.array_equal(ranks[0], ranks[1]), "ranks' weights differ"
+    return one, ranks[0], job
+
+
+@pytest.mark.parametrize("case", ["sgd", "adam", "accumulate"])
+def test_a_horovod_keras_script_equals_one_process_on_n_times_the_batch(warm, tmp_path, case):
+    one, weights, job = _alone_and_job(warm, KERAS, tmp_path, case, {"CASE": case, "N": "2"})
+    assert np.max(np.abs(weights - one)) <= 1e-5, np.max(np.abs(weights - one))
+    logs = [json.loads(rank_lines(job.stdout, r)[-2].split(" ", 1)[1]) for r in range(2)]
+    assert logs[0] == logs[1], "MetricAverageCallback left the ranks' logs different"
+    steps = 6 // (2 if case == "accumulate" else 1) * 2
+    assert rank_lines(job.stdout, 0)[-1] == f"ITERATIONS {steps}"
+
+
+def test_fp16_compression_keeps_the_ranks_identical_and_close(warm, tmp_path):
+    one, weights, _ = _alone_and_job(warm, KERAS, tmp_path, "fp16", {"CASE": "fp16", "N": "2"})
+    assert 0 < np.max(np.abs(weights - one)) <= 1e-2  # approximate: float16 on the wire
+
+
+TAPE = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring.horovod.tensorflow as hvd
+
+hvd.init()
+out, N, B = os.environ["OUT"], 2, 8
+rng = np.random.default_rng(0)
+x = rng.standard_normal((N * B * 4, 5)).astype("float32")
+y = rng.standard_normal((N * B * 4, 1)).astype("float32")
+if hvd.size() > 1:
+    x, y = (a.reshape(4, N, B, -1)[:, hvd.rank()].reshape(4 * B, -1) for a in (x, y))
+batch = B if hvd.size() > 1 else N * B
+keras.utils.set_random_seed(7)
+model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(1)])
+opt = keras.optimizers.SGD(0.1)
+loss_fn = keras.losses.MeanSquaredError()
+
+
+@tf.function
+def step(xb, yb, first):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(yb, model(xb, training=True))
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    if first:  # Horovod's pattern: broadcast after the first step, once the optimizer has its variables
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        hvd.broadcast_variables(opt.variables, root_rank=0)
+    return loss
+
+
+for i in range(len(x) // batch):
+    step(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch], i == 0)
+np.save(f"{out}/tape-{hvd.rank()}of{hvd.size()}.npy", np.concatenate([w.numpy().ravel() for w in model.weights]))
+'''
+
+
+def test_a_distributed_gradient_tape_loop_equals_one_process(warm, tmp_path):
+    one, weights, _ = _alone_and_job(warm, TAPE, tmp_path, "tape")
+    assert np.max(np.abs(weights - one)) <= 1e-5, np.max(np.abs(weights - one))
+
+
+WARMUP = r'''
+import numpy as np
+import keras
+import tfring.horovod.tensorflow.keras as hvd
+
+hvd.init()
+seen = []
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.4)), loss="mse")
+record = keras.callbacks.LambdaCallback(
+    on_train_batch_begin=lambda b, logs: seen.append(float(model.optimizer.learning_rate.numpy())))
+model.fit(np.ones((16, 2)), np.ones((16, 1)), batch_size=4, epochs=3, verbose=0,
+          callbacks=[hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.4, warmup_epochs=2), record])
+print("RATES", " ".join(f"{r:.6f}" for r in seen))
+'''
+
+
+def test_the_warmup_callback_follows_horovods_formula(warm):
+    job = warm.run_job(2, WARMUP)
+    assert job.returncode == 0, job.stderr[-3000:]
+    rates = [float(r) for r in rank_lines(job.stdout, 0)[-1].split()[1:]]
+    size, steps, warmup, lr = 2, 4, 2, 0.4
+    expected = [lr / size * ((e + (b + 1) / steps) * (size - 1) / warmup + 1) for e in range(warmup)
+                for b in range(steps)] + [lr] * steps
+    np.testing.assert_allclose(rates, expected, rtol=1e-5)
+
+
+SYNC_BN = r'''
+import os
+import numpy as np
+import keras
+import tfring.horovod.tensorflow.keras as hvd
+import tfring.horovod.tensorflow as hvd_tf
+
+hvd.init()
+out, N, B = os.environ["OUT"], 2, 8
+rng = np.random.default_rng(0)
+x = (rng.standard_normal((N * B * 4, 6)) * 3 + 1).astype("float32")
+y = rng.standard_normal((N * B * 4, 1)).astype("float32")
+if hvd.size() > 1:
+    x, y = (a.reshape(4, N, B, -1)[:, hvd.rank()].reshape(4 * B, -1) for a in (x, y))
+norm = hvd_tf.SyncBatchNormalization() if hvd.size() > 1 else keras.layers.BatchNormalization()
+keras.utils.set_random_seed(5)
+model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5), norm, keras.layers.Dense(1)])
+opt = keras.optimizers.SGD(0.05)
+model.compile(optimizer=hvd.DistributedOptimizer(opt) if hvd.size() > 1 else opt, loss="mse")
+model.fit(x, y, batch_size=B if hvd.size() > 1 else N * B, epochs=2, shuffle=False, verbose=0)
+np.save(f"{out}/bn-{hvd.rank()}of{hvd.size()}.npy", np.concatenate([w.numpy().ravel() for w in model.weights]))
+'''
+
+
+def test_sync_batch_normalization_uses_every_ranks_rows(warm, tmp_path):
+    one, weights, _ = _alone_and_job(warm, SYNC_BN, tmp_path, "bn")
+    assert np.max(np.abs(weights - one)) <= 1e-5, np.max(np.abs(weights - one))

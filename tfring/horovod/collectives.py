@@ -1,0 +1,326 @@
+"""Horovod's collectives (`hvd.allreduce`, `hvd.allgather`, `hvd.broadcast`, ...) on `tfring.ops`.
+
+Horovod's meaning, not `tfring.ops`': `allreduce` averages by default (`op=hvd.Average`), takes
+`tf.IndexedSlices` (gathered as rows), `compression`, `prescale_factor` and `postscale_factor`;
+the gradient of an allgather or a broadcast is averaged over the ranks (tfring.ops sums it), and
+a broadcast's gradient is zero on every rank but the root. Integer types tfring's ring does not
+reduce natively (int8, uint8, int16, uint16) travel widened to int32 and come back in their
+own type, wrapping as Horovod's do; booleans travel as uint8 in allgather and broadcast. The
+average of integers divides the sum by the number of ranks, truncating.
+"""
+
+import tensorflow as tf
+
+from tfring import runtime
+from tfring.horovod import basics
+from tfring.horovod import compression as compression_lib
+from tfring.horovod import process_sets
+from tfring.ops import collectives as ring
+from tfring.ops import objects
+
+_NARROW_INTS = (tf.int8, tf.uint8, tf.int16, tf.uint16)
+
+
+def _widened(tensor):
+    """`tensor` in a type the ring carries, and the function that gives its own type back."""
+    dtype = tensor.dtype
+    if dtype in _NARROW_INTS:
+        return tf.cast(tensor, tf.int32), lambda t: tf.cast(t, dtype)
+    if dtype == tf.bool:
+        return tf.cast(tensor, tf.uint8), lambda t: tf.cast(t, tf.bool)
+    return tensor, lambda t: t
+
+
+def _sum_scaled(tensors, op, prescale_factor, postscale_factor):
+    """One fused allreduce of `tensors` with Horovod's scale factors."""
+    scaled = [t * tf.cast(prescale_factor, t.dtype) if prescale_factor != 1.0 else t for t in tensors]
+    reduced = ring.allreduce(scaled, op=op)
+    return [r * tf.cast(postscale_factor, r.dtype) if postscale_factor != 1.0 else r for r in reduced]
+
+
+def _reduce_dense(tensors, op, compression, prescale_factor, postscale_factor):
+    tfring_op = basics.tfring_op(op, "hvd.allreduce")
+    compressed, contexts = zip(*[compression.compress(tf.convert_to_tensor(t)) for t in tensors])
+    widened, narrows = zip(*[_widened(t) for t in compressed])
+    reduced = _sum_scaled(list(widened), tfring_op, prescale_factor, postscale_factor)
+    return [compression.decompress(narrow(r), ctx) for r, narrow, ctx in zip(reduced, narrows, contexts)]
+
+
+def _reduce_slices(slices, op, prescale_factor, postscale_factor):
+    if op not in (basics.Sum, basics.Average):
+        raise NotImplementedError("hvd.allreduce: only hvd.Sum and hvd.Average are supported with tf.IndexedSlices")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError("hvd.allreduce: pre/postscale factors are not supported with tf.IndexedSlices")
+    values, indices = ring.allgather(slices.values), ring.allgather(tf.cast(slices.indices, tf.int64))
+    if op == basics.Average:
+        values = values / tf.cast(runtime.size(), values.dtype)
+    return tf.IndexedSlices(values, indices, slices.dense_shape)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=compression_lib.Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=process_sets.global_process_set):
+    """Reduces a list of tensors across the ranks in one fused collective (Horovod's `hvd.grouped_allreduce`).
+
+    Args:
+        tensors: a list of `tf.Tensor`, `tf.Variable` or `tf.IndexedSlices`, the same shapes on every rank.
+        average: deprecated; use `op`.
+        device_dense: ignored (tfring places the collective with its input).
+        device_sparse: ignored.
+        compression: `hvd.Compression.none` (default) or `hvd.Compression.fp16`.
+        op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
+        prescale_factor: multiplies each tensor before the reduction.
+        postscale_factor: multiplies each result.
+        process_set: only `hvd.global_process_set`.
+
+    Returns:
+        A list like `tensors`, reduced; identical on every rank.
+
+    Example:
+
+    >>> hvd.grouped_allreduce([tf.ones([2]), tf.ones([3])], op=hvd.Sum)
+    """
+    process_sets.check_global(process_set, "hvd.grouped_allreduce")
+    op = basics.handle_average_backwards_compatibility(op, average)
+    tensors = list(tensors)
+    out = [None] * len(tensors)
+    dense = [k for k, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    for k in range(len(tensors)):
+        if k not in dense:
+            out[k] = _reduce_slices(tensors[k], op, prescale_factor, postscale_factor)
+    if dense:
+        reduced = _reduce_dense([tensors[k] for k in dense], op, compression, prescale_factor, postscale_factor)
+        for k, r in zip(dense, reduced):
+            out[k] = r
+    return out
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=compression_lib.Compression.none,
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+              process_set=process_sets.global_process_set, ignore_name_scope=False):
+    """Reduces a tensor across the ranks (Horovod's `hvd.allreduce`; averages by default).
+
+    A `tf.IndexedSlices` is allgathered (its rows and their indices), as Horovod does.
+
+    Args:
+        tensor: a `tf.Tensor`, `tf.Variable` or `tf.IndexedSlices`, the same shape on every rank.
+        average: deprecated; use `op`.
+        device_dense: ignored (tfring places the collective with its input).
+        device_sparse: ignored.
+        compression: `hvd.Compression.none` (default) or `hvd.Compression.fp16`.
+        op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
+        prescale_factor: multiplies the tensor before the reduction.
+        postscale_factor: multiplies the result.
+        name: ignored (tfring matches collectives by their order).
+        process_set: only `hvd.global_process_set`.
+        ignore_name_scope: ignored.
+
+    Returns:
+        The reduced tensor, identical on every rank; its gradient is the same reduction of the
+        incoming gradient.
+
+    Example:
+
+    >>> hvd.allreduce(tf.constant([1.0, 2.0]))   # the mean over the ranks
+    """
+    return grouped_allreduce([tensor], average, compression=compression, op=op, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor, process_set=process_set)[0]
+
+
+def _my_rows(gathered, first_dims):
+    """This rank's rows of `gathered`, given every rank's first dimension."""
+    offsets = tf.concat([[0], tf.cumsum(first_dims)], 0)
+    me = runtime.rank()
+    return gathered[offsets[me]:offsets[me + 1]]
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=process_sets.global_process_set):
+    """Concatenates every rank's tensor along the first dimension (Horovod's `hvd.allgather`).
+
+    Ranks may pass different first dimensions; the other dimensions must agree. The gradient is
+    Horovod's: the incoming gradient averaged over the ranks, this rank's rows of it.
+
+    Args:
+        tensor: a tensor of rank >= 1 (a scalar is gathered as a vector of one element per rank).
+        name: ignored.
+        ignore_name_scope: ignored.
+        process_set: only `hvd.global_process_set`.
+
+    Returns:
+        The concatenation, in rank order; identical on every rank.
+
+    Example:
+
+    >>> hvd.allgather(tf.fill([hvd.rank() + 1, 2], float(hvd.rank())))
+    """
+    process_sets.check_global(process_set, "hvd.allgather")
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        tensor = tf.reshape(tensor, [1])
+
+    @tf.custom_gradient
+    def gather(x):
+        wide, narrow = _widened(x)
+        gathered = narrow(ring.allgather(wide))
+
+        def grad(dy):
+            first_dims = ring.allgather(tf.shape(x, out_type=tf.int64)[:1])
+            return _my_rows(ring.allreduce(dy, op="mean"), first_dims)
+
+        return gathered, grad
+
+    return gather(tensor)
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=process_sets.global_process_set):
+    """`allgather` of each tensor in a list (Horovod's `hvd.grouped_allgather`).
+
+    Returns:
+        A list of the gathered tensors.
+    """
+    return [allgather(t, process_set=process_set) for t in tensors]
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=process_sets.global_process_set):
+    """The root's tensor on every rank (Horovod's `hvd.broadcast`).
+
+    The gradient is Horovod's: the incoming gradient averaged over the ranks on the root, zero on
+    the others.
+
+    Args:
+        tensor: a tensor, the same shape and type on every rank.
+        root_rank: the rank whose value wins.
+        name: ignored.
+        ignore_name_scope: ignored.
+        process_set: only `hvd.global_process_set`.
+
+    Returns:
+        The root's value.
+
+    Example:
+
+    >>> hvd.broadcast(tf.constant(hvd.rank()), root_rank=0)
+    """
+    process_sets.check_global(process_set, "hvd.broadcast")
+    tensor = tf.convert_to_tensor(tensor)
+
+    @tf.custom_gradient
+    def cast(x):
+        wide, narrow = _widened(x)
+        value = narrow(ring.broadcast(wide, root_rank=root_rank))
+
+        def grad(dy):
+            mean = ring.allreduce(dy, op="mean")
+            return mean if runtime.rank() == root_rank else tf.zeros_like(mean)
+
+        return value, grad
+
+    return cast(tensor)
+
+
+def broadcast_variables(variables, root_rank, process_set=process_sets.global_process_set, inplace=False):
+    """Assigns the root's values to `variables` on every rank (Horovod's `hvd.broadcast_variables`).
+
+    Args:
+        variables: a list of `tf.Variable`s or Keras variables.
+        root_rank: the rank whose values win.
+        process_set: only `hvd.global_process_set`.
+        inplace: ignored (tfring always assigns in place).
+
+    Returns:
+        Eagerly None; in a graph, the op that assigns.
+
+    Example:
+
+    >>> hvd.broadcast_variables(model.variables, root_rank=0)
+    """
+    process_sets.check_global(process_set, "hvd.broadcast_variables")
+    return ring.broadcast_variables(list(variables), root_rank=root_rank)
+
+
+def broadcast_global_variables(root_rank):
+    """Broadcasts every global variable of the TF1 graph from the root (Horovod's TF1 call).
+
+    Returns:
+        The op that assigns them (run it in the session).
+
+    Raises:
+        RuntimeError: called eagerly (TF2 has no global variables: use `broadcast_variables`).
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution. Please use "
+                           "`hvd.broadcast_variables(<model/optimizer variables>)` instead.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=process_sets.global_process_set):
+    """The root's Python value on every rank (Horovod's `hvd.broadcast_object`), carried as JSON.
+
+    Horovod pickles; tfring never unpickles what another process sends: the value must be what
+    JSON holds (dicts with string keys, lists, strings, numbers, booleans, None).
+
+    Raises:
+        ValueError: on every rank, when the root's value is not JSON (the message says why).
+    """
+    process_sets.check_global(process_set, "hvd.broadcast_object")
+    return objects.broadcast_object(obj, root_rank=root_rank)
+
+
+def allgather_object(obj, session=None, name=None, process_set=process_sets.global_process_set):
+    """Every rank's Python value, in rank order (Horovod's `hvd.allgather_object`), carried as JSON.
+
+    Returns:
+        A list of `size()` values.
+    """
+    process_sets.check_global(process_set, "hvd.allgather_object")
+    return objects.allgather_object(obj)
+
+
+def barrier(process_set=process_sets.global_process_set):
+    """Waits until every rank reaches it (Horovod's `hvd.barrier`)."""
+    process_sets.check_global(process_set, "hvd.barrier")
+    return ring.barrier()
+
+
+def join(device=""):
+    """Horovod's `hvd.join`: not supported yet.
+
+    Raises:
+        NotImplementedError: always; every rank must run the same number of steps.
+    """
+    raise NotImplementedError("hvd.join is not supported by tfring yet: give every rank the same number of batches "
+                              "(tfring.data shards them evenly)")
+
+
+def _not_yet(name):
+    def call(*args, **kwargs):
+        raise NotImplementedError(f"hvd.{name} is not supported by tfring yet")
+
+    call.__name__ = name
+    call.__doc__ = f"Horovod's `hvd.{name}`: not supported by tfring yet (raises NotImplementedError)."
+    return call
+
+
+alltoall = _not_yet("alltoall")
+reducescatter = _not_yet("reducescatter")
+grouped_reducescatter = _not_yet("grouped_reducescatter")
+
+
+def rank_op(name=None):
+    """This process's rank as a tensor (Horovod's `hvd.rank_op`)."""
+    return tf.constant(runtime.rank(), tf.int32)
+
+
+def size_op(process_set_id=0, name=None):
+    """The job's size as a tensor (Horovod's `hvd.size_op`)."""
+    return tf.constant(runtime.size(), tf.int32)
+
+
+def local_rank_op(name=None):
+    """This process's rank on its host as a tensor (Horovod's `hvd.local_rank_op`)."""
+    return tf.constant(runtime.local_rank(), tf.int32)
+
+
+def local_size_op(name=None):
+    """The number of ranks on this host as a tensor (Horovod's `hvd.local_size_op`)."""
+    return tf.constant(runtime.local_size(), tf.int32)

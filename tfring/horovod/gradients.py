@@ -1,0 +1,125 @@
+"""How Horovod's gradients travel on tfring: one `reduction.GradientSettings` and a communication hook.
+
+`hvd.DistributedOptimizer` and `hvd.DistributedGradientTape` both reduce through
+`tfring.strategy.gradients.reduction.reduce_gradients`, RingStrategy's own path: dense gradients in
+buckets (each bucket's allreduce starts as soon as its gradients exist, overlapping the rest of the
+backward pass in a graph), sparse ones as rows. Horovod's `compression` and
+`gradient_predivide_factor` become the communication hook below.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from tfring import config
+from tfring import runtime
+from tfring.horovod import basics
+from tfring.horovod import compression as compression_lib
+from tfring.strategy.gradients import comm_hooks
+from tfring.strategy.gradients import reduction
+
+
+@dataclasses.dataclass(frozen=True)
+class HorovodHookState:
+    """What `horovod_hook` needs: Horovod's compressor and predivide factor, and the job's size."""
+
+    compressor: object
+    predivide: float
+    size: int
+
+
+def horovod_hook(state, bucket):
+    """A bucket travels as Horovod sends it: compressed by `state.compressor`; with a predivide
+    factor f (and op "mean"), each rank sends g / f and the sum is multiplied by f / size.
+
+    Args:
+        state: a `HorovodHookState`.
+        bucket: a `tfring.strategy.gradients.comm_hooks.GradientBucket`.
+
+    Returns:
+        A `Future` of the reduced gradients.
+    """
+    grads = bucket.gradients
+    predivide = state.predivide != 1.0 and bucket.op == "mean"
+    if predivide:
+        grads = [g / tf.cast(state.predivide, g.dtype) for g in grads]
+    sent, contexts = zip(*[state.compressor.compress(g) for g in grads])
+    op = "sum" if predivide else bucket.op
+
+    def restore(reduced):
+        out = [state.compressor.decompress(r, c) for r, c in zip(reduced, contexts)]
+        return [r * tf.cast(state.predivide / state.size, r.dtype) for r in out] if predivide else out
+
+    return bucket.allreduce(list(sent), op).then(restore)
+
+
+def settings(compression, sparse_as_dense, gradient_predivide_factor, where):
+    """The `GradientSettings` for Horovod's arguments.
+
+    Args:
+        compression: a Horovod compressor (`hvd.Compression.none`, `.fp16` or a `Compressor` subclass).
+        sparse_as_dense: densify sparse gradients before they travel.
+        gradient_predivide_factor: Horovod's factor (1.0: none).
+        where: the public name called, for messages.
+
+    Returns:
+        A `reduction.GradientSettings`.
+    """
+    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise TypeError(f"{where}: compression must be hvd.Compression.none, hvd.Compression.fp16 or a "
+                        f"Compressor, got {compression!r}")
+    factor = float(gradient_predivide_factor)
+    if not factor > 0:
+        raise ValueError(f"{where}: gradient_predivide_factor must be > 0, got {gradient_predivide_factor!r}")
+    size = runtime.size()
+    exact = compression is compression_lib.Compression.none and factor == 1.0
+    hook, state = (comm_hooks.allreduce_hook, None) if exact else (
+        horovod_hook, HorovodHookState(compression, factor, size))
+    return reduction.GradientSettings(size, _bucket_bytes(size), bool(sparse_as_dense), hook, state)
+
+
+def _bucket_bytes(size):
+    """RingStrategy's bucket size (without its tuning), or 0 (one collective) where this process sees a
+    GPU: the buckets' start/done ops run on CPUs only. Decided without a collective, since Horovod's
+    optimizers are made (and copied by `from_config`) on one rank as well as on all; ranks that decide
+    differently fail at the first step with the collectives' mismatch error."""
+    chosen = config.Config.resolve().bucket_bytes
+    if chosen == "auto":
+        chosen = config.Config.bucket_bytes
+    return 0 if size == 1 or tf.config.list_logical_devices("GPU") else chosen
+
+
+def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True):
+    """This rank's gradients averaged (or summed) over the ranks, Horovod's way.
+
+    Args:
+        gradient_settings: from `settings`.
+        grads: a list of tensors, `tf.IndexedSlices` or None.
+        op: `hvd.Average` or `hvd.Sum`.
+        local: positions in `grads` of worker-local variables: not reduced, and divided by the
+            job's size when `scale_local_gradients` (Horovod's `register_local_var`).
+        scale_local_gradients: see `local`.
+
+    Returns:
+        A list like `grads`.
+    """
+    tfring_op = basics.tfring_op(op, "hvd.DistributedOptimizer")
+    if tfring_op not in ("mean", "sum"):
+        raise ValueError("hvd.DistributedOptimizer: op currently only supports Average and Sum")
+    shared = [k for k in range(len(grads)) if k not in local]
+    out = list(grads)
+    reduced = reduction.reduce_gradients(gradient_settings, [grads[k] for k in shared], op=tfring_op)
+    for k, r in zip(shared, reduced):
+        out[k] = r
+    if scale_local_gradients:
+        for k in local:
+            out[k] = _divided(grads[k], gradient_settings.size)
+    return out
+
+
+def _divided(grad, size):
+    if grad is None:
+        return None
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / tf.cast(size, grad.values.dtype), grad.indices, grad.dense_shape)
+    return grad / tf.cast(size, grad.dtype)

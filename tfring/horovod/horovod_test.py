@@ -1,0 +1,150 @@
+"""tfring.horovod in one process (a job of one rank): Horovod's names, arguments and refusals."""
+
+import inspect
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring.horovod.keras as hvd_keras
+import tfring.horovod.tensorflow as hvd
+import tfring.horovod.tensorflow.keras as hvd_tf_keras
+
+# Horovod 0.28.1's public TensorFlow names (horovod/tensorflow/__init__.py), less the elastic and
+# data-service ones.
+HOROVOD_TF_NAMES = """init shutdown is_initialized size local_size cross_size rank local_rank cross_rank
+is_homogeneous mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built
+cuda_built rocm_built start_timeline stop_timeline ProcessSet global_process_set add_process_set
+remove_process_set Average Sum Adasum Min Max Product Compression allreduce grouped_allreduce allgather
+grouped_allgather broadcast broadcast_variables broadcast_global_variables broadcast_object allgather_object
+alltoall reducescatter grouped_reducescatter join barrier rank_op size_op local_rank_op local_size_op
+DistributedOptimizer DistributedGradientTape PartialDistributedGradientTape SyncBatchNormalization""".split()
+HOROVOD_KERAS_NAMES = """init shutdown is_initialized size local_size cross_size rank local_rank cross_rank
+mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built cuda_built
+rocm_built ProcessSet global_process_set add_process_set remove_process_set Average Sum Compression
+DistributedOptimizer broadcast_global_variables allreduce allgather broadcast reducescatter load_model
+callbacks""".split()
+CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateScheduleCallback",
+             "LearningRateWarmupCallback", "BestModelCheckpoint"]
+
+
+def test_every_horovod_name_is_there():
+    assert [n for n in HOROVOD_TF_NAMES if not hasattr(hvd, n)] == []
+    for module in (hvd_tf_keras, hvd_keras):
+        assert [n for n in HOROVOD_KERAS_NAMES if not hasattr(module, n)] == []
+        assert [n for n in CALLBACKS if not hasattr(module.callbacks, n)] == []
+
+
+def test_queries_answer_truthfully():
+    hvd.init()
+    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()) == \
+           (0, 1, 0, 1, 0, 1)
+    assert hvd.is_initialized() and not hvd.mpi_built() and not hvd.gloo_built() and not hvd.mpi_threads_supported()
+    assert int(hvd.rank_op()) == 0 and int(hvd.size_op()) == 1
+    assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
+
+
+def test_collectives_of_one_rank_in_every_type_horovod_has():
+    for dtype in (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64):
+        x = tf.constant([1, 2, 3], dtype)
+        op = hvd.Sum if dtype.is_integer else hvd.Average
+        for out in (hvd.allreduce(x, op=op), hvd.allgather(x), hvd.broadcast(x, 0)):
+            assert out.dtype == dtype
+            np.testing.assert_array_equal(out, x)
+    np.testing.assert_array_equal(hvd.broadcast(tf.constant([True, False]), 0), [True, False])
+    np.testing.assert_allclose(hvd.allreduce(tf.constant([2.0]), prescale_factor=3.0, postscale_factor=0.5), [3.0])
+    np.testing.assert_allclose(hvd.allreduce(tf.constant([1.0, 2.0]), compression=hvd.Compression.fp16), [1, 2])
+    slices = tf.IndexedSlices(tf.constant([[1.0, 2.0]]), tf.constant([3]), tf.constant([5, 2]))
+    out = hvd.allreduce(slices)
+    assert isinstance(out, tf.IndexedSlices)
+    np.testing.assert_array_equal(tf.convert_to_tensor(out), tf.convert_to_tensor(slices))
+    assert hvd.broadcast_object({"a": [1, 2]}) == {"a": [1, 2]}
+    assert hvd.allgather_object(3) == [3]
+
+
+def test_gradients_follow_horovods_conventions():
+    x = tf.Variable([1.0, -2.0])
+    with tf.GradientTape(persistent=True) as tape:
+        a = tf.reduce_sum(hvd.allreduce(x * x))
+        b = tf.reduce_sum(hvd.allgather(x * 3.0))
+        c = tf.reduce_sum(hvd.broadcast(x * 5.0, 0))
+    np.testing.assert_allclose(tape.gradient(a, x), [2.0, -4.0])
+    np.testing.assert_allclose(tape.gradient(b, x), [3.0, 3.0])
+    np.testing.assert_allclose(tape.gradient(c, x), [5.0, 5.0])
+
+
+@pytest.mark.parametrize("call,error,needle", [
+    (lambda: hvd.allreduce(tf.ones([1]), op=hvd.Adasum), NotImplementedError, "Adasum"),
+    (lambda: hvd.allreduce(tf.ones([1]), op=7), ValueError, "op must be"),
+    (lambda: hvd.allreduce(tf.ones([1]), op=hvd.Sum, average=True), ValueError, "supersedes average"),
+    (lambda: hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0])), NotImplementedError, "global_process_set"),
+    (lambda: hvd.add_process_set([0]), NotImplementedError, "process sets"),
+    (lambda: hvd.join(), NotImplementedError, "join"),
+    (lambda: hvd.alltoall(tf.ones([1])), NotImplementedError, "alltoall"),
+    (lambda: hvd.init(comm=[0]), NotImplementedError, "comm"),
+    (lambda: hvd.broadcast_global_variables(0), RuntimeError, "eager"),
+    (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Max), ValueError, "Average and Sum"),
+    (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0), ValueError,
+     "backward_passes_per_step"),
+    (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), compression="fp16"), TypeError, "compression"),
+    (lambda: hvd.broadcast_object({1: 2}), ValueError, "string keys"),
+])
+def test_what_tfring_lacks_or_refuses_is_named(call, error, needle):
+    with pytest.raises(error, match=needle):
+        call()
+
+
+def test_the_distributed_optimizer_is_the_users_class_with_its_configuration():
+    sgd = keras.optimizers.SGD(0.25, momentum=0.5, nesterov=True)
+    opt = hvd.DistributedOptimizer(sgd)
+    assert isinstance(opt, keras.optimizers.SGD) and type(opt).__name__ == "SGD"
+    assert opt.get_config() == sgd.get_config() and type(sgd) is keras.optimizers.SGD
+    copy = opt.from_config(opt.get_config())
+    assert copy.get_config() == opt.get_config() and hasattr(copy, "register_local_var")
+    assert list(inspect.signature(hvd.DistributedOptimizer).parameters)[:7] == [
+        "optimizer", "name", "device_dense", "device_sparse", "compression", "sparse_as_dense",
+        "gradient_predivide_factor"]
+
+
+def _train(opt, steps, batches):
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+    model.compile(optimizer=opt, loss="mse")
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((steps * batches, 4)), rng.standard_normal((steps * batches, 1))
+    model.fit(x, y, batch_size=batches, epochs=1, shuffle=False, verbose=0)
+    return model, np.concatenate([w.numpy().ravel() for w in model.weights])
+
+
+def test_one_rank_trains_as_keras_and_accumulation_is_horovods():
+    _, plain = _train(keras.optimizers.SGD(0.1, momentum=0.9), 8, 4)
+    _, wrapped = _train(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)), 8, 4)
+    np.testing.assert_array_equal(wrapped, plain)
+    # Two passes of 4 rows, averaged, then one step: one Keras step on 8 rows.
+    _, eight = _train(keras.optimizers.SGD(0.1, momentum=0.9), 4, 8)
+    model, two = _train(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), backward_passes_per_step=2,
+                                                 average_aggregated_gradients=True), 8, 4)
+    np.testing.assert_allclose(two, eight, rtol=1e-6, atol=1e-7)
+    assert int(model.optimizer.iterations.numpy()) == 4
+
+
+def test_load_model_keeps_the_optimizer_state(tmp_path):
+    model, _ = _train(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)), 8, 4)
+    model.save(tmp_path / "m.keras")
+    loaded = hvd_tf_keras.load_model(tmp_path / "m.keras")
+    assert int(loaded.optimizer.iterations.numpy()) == 8
+    assert hasattr(loaded.optimizer, "register_local_var")
+    for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_the_distributed_tape_keeps_the_recording_and_the_structure():
+    v = {"a": tf.Variable([1.0, 2.0]), "b": tf.Variable(3.0)}
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(v["a"] * v["a"]) + v["b"] * 2.0
+    tape = hvd.DistributedGradientTape(tape)
+    assert isinstance(tape, tf.GradientTape)
+    grads = tape.gradient(loss, v)
+    np.testing.assert_allclose(grads["a"], [2.0, 4.0])
+    np.testing.assert_allclose(grads["b"], 2.0)

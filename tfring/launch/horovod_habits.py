@@ -1,0 +1,56 @@
+"""Horovod's launcher habits in `tfring run`: horovodrun's flags and the `HOROVOD_*` variables.
+
+`tfring run` takes horovodrun's common flags (`-np`, `-H`, `--hostfile`, `-p`, `-i`,
+`--start-timeout`, `--timeline-filename`, `--verbose`; `--gloo` and `--mpi` are accepted and
+ignored, saying why). A `HOROVOD_*` variable that has a tfring meaning becomes its `TFRING_*`
+variable on every rank (unless that one is set too), with one note; the others are named in one
+warning, since tfring does nothing with them.
+"""
+
+# HOROVOD_* -> (TFRING_*, what it means in tfring)
+TRANSLATED = {
+    "HOROVOD_FUSION_THRESHOLD": ("TFRING_FUSION_THRESHOLD", "bytes per fused allreduce pass"),
+    "HOROVOD_TIMELINE": ("TFRING_TIMELINE", "each rank's Chrome-trace timeline"),
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": ("TFRING_STALL_WARNING", "seconds before a stalled collective is reported"),
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": ("TFRING_TIMEOUT", "seconds before a stalled collective fails"),
+}
+# Variables a Horovod user sets that tfring has no use for, and why (the warning says it).
+WHY_IGNORED = {
+    "HOROVOD_CYCLE_TIME": "tfring has no background cycle: ranks submit collectives in program order",
+    "HOROVOD_CACHE_CAPACITY": "tfring needs no response cache: there is no per-step negotiation",
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": "use TFRING_ALLREDUCE=hierarchical",
+}
+IGNORED_FLAGS = {
+    "gloo": "--gloo ignored: tfring's ranks always talk over tfring's own ring (shared memory or TCP)",
+    "mpi": "--mpi ignored: tfring's ranks always talk over tfring's own ring; MPI launchers (mpirun) "
+           "may still start them",
+}
+
+
+def translate(environ):
+    """The `TFRING_*` variables Horovod's variables in `environ` stand for, and the lines to print.
+
+    Args:
+        environ: the launcher's environment.
+
+    Returns:
+        `(exports, notes)`: a dict of variables to set on every rank, and the messages (one note
+        for the translated ones, one warning for the ignored ones), possibly empty.
+
+    Example:
+
+    >>> translate({"HOROVOD_FUSION_THRESHOLD": "67108864"})
+    ({'TFRING_FUSION_THRESHOLD': '67108864'}, ['tfring run: HOROVOD_FUSION_THRESHOLD=67108864 is taken as TFRING_FUSION_THRESHOLD (bytes per fused allreduce pass)'])
+    """
+    exports, taken = {}, []
+    for name, (tfring_name, meaning) in TRANSLATED.items():
+        if name in environ and tfring_name not in environ:
+            exports[tfring_name] = environ[name]
+            taken.append(f"{name}={environ[name]} is taken as {tfring_name} ({meaning})")
+    ignored = sorted(n for n in environ if n.startswith("HOROVOD_") and n not in TRANSLATED)
+    notes = [f"tfring run: {'; '.join(taken)}"] if taken else []
+    if ignored:
+        reasons = [f"{n} ({WHY_IGNORED[n]})" if n in WHY_IGNORED else n for n in ignored]
+        notes.append(f"tfring run: warning: these variables mean nothing to tfring and are ignored: "
+                     f"{', '.join(reasons)}")
+    return exports, notes

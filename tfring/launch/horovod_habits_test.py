@@ -1,0 +1,16 @@
+"""horovodrun's flags and HOROVOD_* variables, as `tfring run` reads them (no job started)."""
+
+from tfring.launch import horovod_habits
+
+
+def test_variables_with_a_tfring_meaning_are_translated_and_the_rest_named():
+    exports, notes = horovod_habits.translate({
+        "HOROVOD_FUSION_THRESHOLD": "67108864", "HOROVOD_TIMELINE": "/tmp/t.json", "HOROVOD_CYCLE_TIME": "5",
+        "HOROVOD_GPU_OPERATIONS": "NCCL", "TFRING_TIMEOUT": "9", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "60",
+        "PATH": "/bin"})
+    assert exports == {"TFRING_FUSION_THRESHOLD": "67108864", "TFRING_TIMELINE": "/tmp/t.json"}
+    assert len(notes) == 2
+    assert "HOROVOD_FUSION_THRESHOLD=67108864 is taken as TFRING_FUSION_THRESHOLD" in notes[0]
+    assert "TFRING_TIMEOUT" not in notes[0]  # the user's own TFRING_TIMEOUT wins, silently
+    assert "HOROVOD_CYCLE_TIME (tfring has no background cycle" in notes[1] and "HOROVOD_GPU_OPERATIONS" in notes[1]
+    assert horovod_habits.translate({"PATH": "/bin"}) == ({}, [])
