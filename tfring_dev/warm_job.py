@@ -168,29 +168,34 @@ class WarmJobs:
     def __init__(self, fresh=False):
         self._jobs, self._fresh = {}, fresh
 
-    def run_job(self, num_processes, script, env=None, timeout=300):
-        """`tfring_dev.testing.run_job` (with `--all-output`) in a warm job of `num_processes` ranks."""
+    def run_job(self, num_processes, script, env=None, timeout=300, pool="ring"):
+        """`tfring_dev.testing.run_job` (with `--all-output`) in a warm job of `num_processes` ranks.
+
+        `pool` names a separate set of warm jobs, for scripts that must not share a process with
+        another kind (a `RingStrategy` installs its Keras wraps for the life of the process: scripts
+        that train without one, as tfring.horovod's do, use `pool="horovod"`).
+        """
         if self._fresh:
             return testing.run_job(num_processes, script, env=env, timeout=timeout)
-        return self._job(num_processes).run(script, env=env, timeout=timeout)
+        return self._job(num_processes, pool).run(script, env=env, timeout=timeout)
 
-    def run_alone(self, script, env=None, timeout=300):
-        """`tfring_dev.testing.run_alone` in a warm process outside any job."""
+    def run_alone(self, script, env=None, timeout=300, pool="ring"):
+        """`tfring_dev.testing.run_alone` in a warm process outside any job (`pool`: see `run_job`)."""
         if self._fresh:
             return testing.run_alone(script, env=env, timeout=timeout)
-        return self._job(None).run(script, env=env, timeout=timeout)
+        return self._job(None, pool).run(script, env=env, timeout=timeout)
 
-    def run_alone_then_jobs(self, script, env=None, sizes=(2,), timeout=300):
+    def run_alone_then_jobs(self, script, env=None, sizes=(2,), timeout=300, pool="ring"):
         """`tfring_dev.testing.run_alone_then_jobs` in warm processes: checks every run succeeded.
 
         Returns:
             The finished job runs, one per size.
         """
-        proc = self.run_alone(script, env=env, timeout=timeout)
+        proc = self.run_alone(script, env=env, timeout=timeout, pool=pool)
         assert proc.returncode == 0, proc.stderr[-3000:]
         jobs = []
         for size in sizes:
-            jobs.append(self.run_job(size, script, env=env, timeout=timeout))
+            jobs.append(self.run_job(size, script, env=env, timeout=timeout, pool=pool))
             assert jobs[-1].returncode == 0, jobs[-1].stderr[-3000:]
         return jobs
 
@@ -200,10 +205,10 @@ class WarmJobs:
             job.close()
         self._jobs.clear()
 
-    def _job(self, size):
-        if size not in self._jobs:
-            self._jobs[size] = WarmJob(size)
-        return self._jobs[size]
+    def _job(self, size, pool):
+        if (size, pool) not in self._jobs:
+            self._jobs[(size, pool)] = WarmJob(size)
+        return self._jobs[(size, pool)]
 
 
 def _kill(process):

@@ -118,7 +118,11 @@ def main(argv=None):
     parser.add_argument("folder")
     parser.add_argument("--idle", type=float, default=1800.0, help="seconds without a request before exiting")
     args = parser.parse_args(argv)
-    importlib.import_module("tensorflow")  # paid once, before the first request: that is the point
+    tf = importlib.import_module("tensorflow")  # paid once, before the first request: that is the point
+    # Fixed before TensorFlow starts, from the job's variables: a script that sets the same values
+    # (as test scripts do) then passes wherever it runs in the job's sequence.
+    tf.config.threading.set_intra_op_parallelism_threads(int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")))
+    tf.config.threading.set_inter_op_parallelism_threads(int(os.environ.get("TF_NUM_INTEROP_THREADS", "0")))
     import tfring
 
     sys.exit(serve(args.folder, tfring.rank(), args.idle))  # joins the job (or a job of one) before the first request

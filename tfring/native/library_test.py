@@ -88,6 +88,7 @@ def test_gpu_toolchain_needs_a_cuda_tensorflow_nvcc_and_its_headers(monkeypatch,
     assert build.gpu_toolchain(True) == (str(fake), str(tmp_path), None)
 
 
+@pytest.mark.extended  # make test-gpu-build compiles the same glue, in the whole library, against TF's GPU build
 def test_gpu_kernels_compile_against_this_tensorflow_where_nvcc_is():
     # The GOOGLE_CUDA glue (collective_kernels_gpu.cc, lars_kernel_gpu.cc) must compile against the
     # installed TensorFlow's headers; this needs only the CUDA headers, not a GPU.
