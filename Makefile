@@ -21,7 +21,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
-.PHONY: env demo check lint test test-extended test-newest-tf test-keras-floor test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
+.PHONY: env demo check lint test test-extended test-newest-tf test-keras-floor test-horovod-suite test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
 
 env: $(STAMP)
 
@@ -111,6 +111,14 @@ test-keras-floor: env
 	PYTHONPATH=$(KERAS_FLOOR_DIR) $(PY) -c "import keras; assert keras.__version__ == '$(KERAS_FLOOR)', keras.__file__"
 	PYTHONPATH=$(KERAS_FLOOR_DIR) $(PY) -m pytest -q -m "not multiprocess" $(KERAS_FACING)
 	PYTHONPATH=$(KERAS_FLOOR_DIR) $(PY) -m pytest -q -m multiprocess $(KERAS_FACING_JOBS)
+
+# Horovod's own TensorFlow tests against tfring.horovod (tests/peers/horovod: the files, unchanged but
+# for their import lines, on every rank of a tfring run job), on 2 and 3 ranks.
+HOROVOD_SUITE_DEPS := cloudpickle mock parameterized
+test-horovod-suite: env
+	$(PY) -m pip install -q $(HOROVOD_SUITE_DEPS)
+	$(PY) tests/peers/horovod/run_suite.py --np 2
+	$(PY) tests/peers/horovod/run_suite.py --np 3
 
 # tfring under a real SLURM (tests/slurm_test.py: srun on one node and across two emulated hosts,
 # sbatch): installs Debian's SLURM daemons and munge (root), then runs the tests marked `slurm`.

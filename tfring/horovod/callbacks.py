@@ -46,7 +46,9 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         optimizer = self.model.optimizer
         if optimizer is not None and not optimizer.built:
             optimizer.build(self.model.trainable_variables)
-        variables = [v for v in self.model.variables if id(v) not in self._local]
+        # model.weights, not model.variables: those include the seed generators' states, and equal
+        # seeds would give every rank the same dropout masks (neither Horovod nor one process does).
+        variables = [v for v in self.model.weights if id(v) not in self._local]
         variables += list(optimizer.variables) if optimizer is not None else []
         collectives.broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
@@ -75,10 +77,11 @@ class MetricAverageCallback(keras.callbacks.Callback):
         if not logs:
             return
         names = sorted(logs)  # every rank in the same order
-        values = tf.constant([float(np.asarray(logs[k])) for k in names], tf.float64)
-        averaged = collectives.allreduce(values).numpy()
+        values = [tf.constant(np.asarray(logs[k], np.float64)) for k in names]
+        averaged = collectives.grouped_allreduce(values)
         for name, value in zip(names, averaged):
-            logs[name] = float(value)
+            value = value.numpy()
+            logs[name] = float(value) if value.ndim == 0 else value
 
 
 class LearningRateScheduleCallback(LearningRateCallback):
@@ -113,6 +116,11 @@ class LearningRateScheduleCallback(LearningRateCallback):
 
     def _epoch_at(self, batch):
         return self._epoch if self.staircase else self._epoch + float(batch) / self._steps
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if logs is not None:
+            logs["lr"] = logs["learning_rate"]  # Horovod's key (tfring's callbacks log "learning_rate")
 
     def on_train_batch_begin(self, batch, logs=None):
         outside = self._epoch < self.start_epoch or (self.end_epoch is not None and self._epoch >= self.end_epoch)

@@ -31,11 +31,19 @@ def _widened(tensor):
     return tensor, lambda t: t
 
 
+def _scaled(tensor, factor):
+    """`tensor * factor`; an integer tensor is scaled in float64 and rounded back, as Horovod does."""
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype.is_integer:
+        return tf.cast(tf.round(tf.cast(tensor, tf.float64) * float(factor)), tensor.dtype)
+    return tensor * tf.cast(float(factor), tensor.dtype)
+
+
 def _sum_scaled(tensors, op, prescale_factor, postscale_factor):
     """One fused allreduce of `tensors` with Horovod's scale factors."""
-    scaled = [t * tf.cast(prescale_factor, t.dtype) if prescale_factor != 1.0 else t for t in tensors]
-    reduced = ring.allreduce(scaled, op=op)
-    return [r * tf.cast(postscale_factor, r.dtype) if postscale_factor != 1.0 else r for r in reduced]
+    reduced = ring.allreduce([_scaled(t, prescale_factor) for t in tensors], op=op)
+    return [_scaled(r, postscale_factor) for r in reduced]
 
 
 def _reduce_dense(tensors, op, compression, prescale_factor, postscale_factor):
@@ -116,8 +124,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         ignore_name_scope: ignored.
 
     Returns:
-        The reduced tensor, identical on every rank; its gradient is the same reduction of the
-        incoming gradient.
+        The reduced tensor, identical on every rank. Its gradient is the incoming gradient reduced
+        the same way for Average and Sum; Min, Max and Product have no gradient here (None).
 
     Example:
 
@@ -235,7 +243,13 @@ def broadcast_variables(variables, root_rank, process_set=process_sets.global_pr
     >>> hvd.broadcast_variables(model.variables, root_rank=0)
     """
     process_sets.check_global(process_set, "hvd.broadcast_variables")
-    return ring.broadcast_variables(list(variables), root_rank=root_rank)
+    variables = list(variables)
+    narrow = [v for v in variables if v.dtype in _NARROW_INTS]
+    if not narrow:
+        return ring.broadcast_variables(variables, root_rank=root_rank)
+    values = [broadcast(tf.convert_to_tensor(v), root_rank) for v in narrow]
+    others = ring.broadcast_variables([v for v in variables if v.dtype not in _NARROW_INTS], root_rank=root_rank)
+    return tf.group(others, *[v.assign(value) for v, value in zip(narrow, values)])
 
 
 def broadcast_global_variables(root_rank):

@@ -59,6 +59,9 @@ def test_collectives_of_one_rank_in_every_type_horovod_has():
     out = hvd.allreduce(slices)
     assert isinstance(out, tf.IndexedSlices)
     np.testing.assert_array_equal(tf.convert_to_tensor(out), tf.convert_to_tensor(slices))
+    narrow = tf.Variable(tf.constant([-3, 4], tf.int8))
+    hvd.broadcast_variables([narrow, tf.Variable([1.0])], root_rank=0)
+    np.testing.assert_array_equal(narrow.numpy(), [-3, 4])
     assert hvd.broadcast_object({"a": [1, 2]}) == {"a": [1, 2]}
     assert hvd.allgather_object(3) == [3]
 
@@ -89,6 +92,9 @@ def test_gradients_follow_horovods_conventions():
      "backward_passes_per_step"),
     (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), compression="fp16"), TypeError, "compression"),
     (lambda: hvd.broadcast_object({1: 2}), ValueError, "string keys"),
+    (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Sum, gradient_predivide_factor=2.0),
+     ValueError, "predivide"),
+    (lambda: hvd.DistributedOptimizer(object()), TypeError, "Keras 3 optimizers"),
 ])
 def test_what_tfring_lacks_or_refuses_is_named(call, error, needle):
     with pytest.raises(error, match=needle):
@@ -102,9 +108,24 @@ def test_the_distributed_optimizer_is_the_users_class_with_its_configuration():
     assert opt.get_config() == sgd.get_config() and type(sgd) is keras.optimizers.SGD
     copy = opt.from_config(opt.get_config())
     assert copy.get_config() == opt.get_config() and hasattr(copy, "register_local_var")
-    assert list(inspect.signature(hvd.DistributedOptimizer).parameters)[:7] == [
+    # Each module's argument order is Horovod's own.
+    assert list(inspect.signature(hvd_tf_keras.DistributedOptimizer).parameters)[:9] == [
         "optimizer", "name", "device_dense", "device_sparse", "compression", "sparse_as_dense",
-        "gradient_predivide_factor"]
+        "gradient_predivide_factor", "op", "backward_passes_per_step"]
+    assert list(inspect.signature(hvd.DistributedOptimizer).parameters)[:9] == [
+        "optimizer", "name", "use_locking", "device_dense", "device_sparse", "compression", "sparse_as_dense",
+        "backward_passes_per_step", "op"]
+
+
+def test_under_mixed_float16_the_loss_scale_sits_inside_the_distributed_optimizer():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        opt = hvd_tf_keras.DistributedOptimizer(keras.optimizers.SGD(0.1))
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(optimizer=opt, loss="mse")
+        assert model.optimizer is opt and isinstance(opt, keras.optimizers.LossScaleOptimizer)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
 
 
 def _train(opt, steps, batches):
@@ -126,7 +147,9 @@ def test_one_rank_trains_as_keras_and_accumulation_is_horovods():
     model, two = _train(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), backward_passes_per_step=2,
                                                  average_aggregated_gradients=True), 8, 4)
     np.testing.assert_allclose(two, eight, rtol=1e-6, atol=1e-7)
-    assert int(model.optimizer.iterations.numpy()) == 4
+    assert int(model.optimizer.iterations.numpy()) == 8  # Horovod counts passes
+    assert len(model.optimizer.variables) == len(keras.optimizers.SGD(0.1, momentum=0.9).variables) + \
+        len(model.trainable_variables)  # the accumulators are not the optimizer's variables
 
 
 def test_load_model_keeps_the_optimizer_state(tmp_path):

@@ -5,13 +5,20 @@ train step and custom loops alike). The distributed optimizer is the user's opti
 more class in front of its own, whose `apply` reduces the gradients (Horovod's `op`, compression
 and predivide factor; see `tfring.horovod.gradients`) and hands them on. With
 `backward_passes_per_step=k` it adds each pass's gradients into local accumulators and reduces and
-applies their sum (or mean, `average_aggregated_gradients=True`) on every k-th pass only: the
-optimizer's `iterations` count applied steps, as Horovod's do.
+applies their sum (or mean, `average_aggregated_gradients=True`) on every k-th pass only. As in
+Horovod, `iterations` counts passes (it also moves on the passes that apply nothing), and the
+accumulators are kept out of the optimizer's variables (a saved optimizer loads into a plain one).
+
+Under a `mixed_float16` policy the distributed optimizer is made around a `LossScaleOptimizer`
+(Keras' `compile` would otherwise put one outside it, whose finiteness check would see each rank's
+own gradients, and ranks could decide differently): the check then sees the reduced gradients,
+the same on every rank.
 
 Horovod 0.28.1's own wrapper overrides Keras 2 methods Keras 3 never calls, so on Keras 3 its
 replicas train without averaging and drift apart, with no error.
 """
 
+import keras
 import tensorflow as tf
 
 from tfring import checks
@@ -19,6 +26,7 @@ from tfring.horovod import basics
 from tfring.horovod import compression as compression_lib
 from tfring.horovod import gradients
 from tfring.horovod import process_sets
+from tfring.ops import ordering
 
 
 class _Distributed:
@@ -57,9 +65,12 @@ class _Distributed:
         self._hvd_accumulators(variables)
 
     def _hvd_accumulators(self, variables):
-        if self._hvd["passes"] > 1 and self._hvd["accumulators"] is None:
-            self._hvd["accumulators"] = [self.add_variable_from_reference(v, "hvd_accumulated") for v in variables]
-            self._hvd["count"] = self.add_variable((), initializer="zeros", dtype="int64", name="hvd_passes")
+        if self._hvd["passes"] == 1 or self._hvd["accumulators"] is not None:
+            return
+        with tf.init_scope():  # plain variables, not the optimizer's: saved optimizers stay Keras' own
+            self._hvd["accumulators"] = {id(v): tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False)
+                                         for v in variables}
+            self._hvd["count"] = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     def _hvd_reduce(self, grads, variables):
         local = [k for k, v in enumerate(variables) if id(v) in self._hvd["local"]]
@@ -85,7 +96,11 @@ class _Distributed:
         return self._hvd_accumulate(super().apply, grads, variables, trainable_variables)
 
     def _hvd_accumulate(self, apply, grads, variables, trainable_variables):
-        passes, accumulators = self._hvd["passes"], self._hvd["accumulators"]
+        passes, by_variable = self._hvd["passes"], self._hvd["accumulators"]
+        missing = [v.path if hasattr(v, "path") else v.name for v in variables if id(v) not in by_variable]
+        if missing:
+            raise ValueError(f"hvd.DistributedOptimizer: gradients for variables it was not built with: {missing}")
+        accumulators = [by_variable[id(v)] for v in variables]
         for acc, g in zip(accumulators, grads):
             if g is not None:
                 acc.assign_add(tf.convert_to_tensor(g))
@@ -93,7 +108,7 @@ class _Distributed:
         count.assign_add(1)
 
         def step():
-            summed = [tf.identity(acc.value) if g is not None else None for acc, g in zip(accumulators, grads)]
+            summed = [tf.identity(acc) if g is not None else None for acc, g in zip(accumulators, grads)]
             if self._hvd["average"]:
                 summed = [s / tf.cast(passes, s.dtype) if s is not None else None for s in summed]
             apply(self._hvd_reduce(summed, variables), trainable_variables)
@@ -101,7 +116,12 @@ class _Distributed:
                 acc.assign(tf.zeros_like(acc))
             return tf.constant(True)
 
-        return tf.cond(tf.equal(count % passes, 0), step, lambda: tf.constant(False))
+        def pass_only():
+            self.iterations.assign_add(1)  # Horovod counts every pass
+            return tf.constant(False)
+
+        # One link of the graph's collective chain: collectives built after it wait for its own.
+        return ordering.ordered(lambda: tf.cond(tf.equal(count % passes, 0), step, pass_only))
 
 
 def _distributed_class(cls, arguments):
@@ -121,6 +141,8 @@ def distribute(optimizer, compression=compression_lib.Compression.none, sparse_a
     where = "hvd.DistributedOptimizer"
     if op not in (basics.Average, basics.Sum):
         raise ValueError("op currently only supports Average and Sum")
+    if gradient_predivide_factor != 1.0 and op != basics.Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
     arguments = dict(compression=compression, sparse_as_dense=bool(sparse_as_dense),
                      gradient_predivide_factor=gradient_predivide_factor, op=op,
                      backward_passes_per_step=checks.number(where, "backward_passes_per_step",
@@ -175,6 +197,41 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     >>> model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
     """
     process_sets.check_global(process_set, "hvd.DistributedOptimizer")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(f"hvd.DistributedOptimizer: tfring.horovod wraps Keras 3 optimizers "
+                        f"(keras.optimizers.*), got {type(optimizer).__name__}")
     fresh = type(optimizer).from_config(optimizer.get_config())
+    if keras.config.dtype_policy().name == "mixed_float16" and not isinstance(
+            fresh, keras.optimizers.LossScaleOptimizer):
+        fresh = keras.optimizers.LossScaleOptimizer(fresh)
     return distribute(fresh, compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
                       average_aggregated_gradients, scale_local_gradients)
+
+
+def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
+                                     compression=compression_lib.Compression.none, sparse_as_dense=False,
+                                     backward_passes_per_step=1, op=basics.Average, gradient_predivide_factor=1.0,
+                                     average_aggregated_gradients=False, num_groups=0, groups=None,
+                                     process_set=process_sets.global_process_set, scale_local_gradients=True):
+    """`horovod.tensorflow.DistributedOptimizer`: the same as `DistributedOptimizer`, with the argument
+    order of Horovod's TensorFlow module (`use_locking` third, `backward_passes_per_step` before `op`).
+
+    Args:
+        optimizer: a Keras 3 optimizer (TF1 `tf.compat.v1.train.Optimizer`s are not supported).
+        use_locking: ignored (Keras 3 optimizers have no locking option).
+        (the others): as `DistributedOptimizer`.
+
+    Returns:
+        The distributed optimizer.
+
+    Raises:
+        TypeError: `optimizer` is not a Keras 3 optimizer.
+
+    Example:
+
+    >>> import tfring.horovod.tensorflow as hvd
+    >>> opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size()))
+    """
+    return DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+                                gradient_predivide_factor, op, backward_passes_per_step, average_aggregated_gradients,
+                                num_groups, groups, process_set, scale_local_gradients)

@@ -3,8 +3,9 @@
 `tfring run` takes horovodrun's common flags (`-np`, `-H`, `--hostfile`, `-p`, `-i`,
 `--start-timeout`, `--timeline-filename`, `--verbose`; `--gloo` and `--mpi` are accepted and
 ignored, saying why). A `HOROVOD_*` variable that has a tfring meaning becomes its `TFRING_*`
-variable on every rank (unless that one is set too), with one note; the others are named in one
-warning, since tfring does nothing with them.
+variable on every rank (unless that one is set too, or the value is 0, Horovod's "off": tfring's own
+default then stays), with one note; the others are named in one warning, since tfring does nothing
+with them.
 """
 
 # HOROVOD_* -> (TFRING_*, what it means in tfring)
@@ -44,7 +45,7 @@ def translate(environ):
     """
     exports, taken = {}, []
     for name, (tfring_name, meaning) in TRANSLATED.items():
-        if name in environ and tfring_name not in environ:
+        if name in environ and tfring_name not in environ and environ[name].strip() not in ("", "0"):
             exports[tfring_name] = environ[name]
             taken.append(f"{name}={environ[name]} is taken as {tfring_name} ({meaning})")
     ignored = sorted(n for n in environ if n.startswith("HOROVOD_") and n not in TRANSLATED)

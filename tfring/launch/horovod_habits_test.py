@@ -14,3 +14,5 @@ def test_variables_with_a_tfring_meaning_are_translated_and_the_rest_named():
     assert "TFRING_TIMEOUT" not in notes[0]  # the user's own TFRING_TIMEOUT wins, silently
     assert "HOROVOD_CYCLE_TIME (tfring has no background cycle" in notes[1] and "HOROVOD_GPU_OPERATIONS" in notes[1]
     assert horovod_habits.translate({"PATH": "/bin"}) == ({}, [])
+    # 0 is Horovod's "off": tfring keeps its own default rather than a timeout of 0 s.
+    assert horovod_habits.translate({"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "0"})[0] == {}

@@ -60,8 +60,8 @@ def _xla_refusal(graph):
     intro = ("tfring collectives cannot run inside XLA-compiled code (jit_compile=True): they have no XLA "
              "kernel. ")
     if any(step in name for name in names for step in _KERAS_STEPS):
-        return intro + ("Compile the Keras model with jit_compile=False (or leave it at 'auto', which is False "
-                        "under a distribution strategy).")
+        return intro + ("Compile the Keras model with jit_compile=False (under a distribution strategy 'auto' "
+                        "is False; without one, as with tfring.horovod, Keras turns it on where a GPU is).")
     where = f"the function {names[0]!r}" + (f" or one it is called from ({', '.join(map(repr, names[1:]))})"
                                             if len(names) > 1 else "")
     return intro + (f"Here {where} is compiled with XLA: drop jit_compile=True from that tf.function, or call the "

@@ -56,7 +56,7 @@ from tfring.horovod.collectives import size_op
 from tfring.horovod.compression import Compression
 from tfring.horovod.gradient_tape import DistributedGradientTape
 from tfring.horovod.gradient_tape import PartialDistributedGradientTape
-from tfring.horovod.optimizer import DistributedOptimizer
+from tfring.horovod.optimizer import tensorflow_distributed_optimizer as DistributedOptimizer
 from tfring.horovod.process_sets import ProcessSet
 from tfring.horovod.process_sets import add_process_set
 from tfring.horovod.process_sets import global_process_set

@@ -1,0 +1,150 @@
+"""Runs Horovod's own TensorFlow tests against tfring.horovod, as `tfring run -np N` jobs.
+
+The files in upstream/ are Horovod's, unchanged, at the commit named in README.md. This script copies
+them to a private folder and rewrites their import lines only: `horovod.tensorflow[.keras]` and
+`horovod.keras` become `tfring.horovod...`; the test plumbing they take from Horovod's internals
+(`horovod.common.util`, `horovod.runner...`) comes from `horovod_test_shims.py`, written beside them.
+Every rank runs pytest over the same files in the same order, as under Horovod's own mpirun; the
+ranks' results are read from JUnit XML and summed up.
+
+Usage:
+    python tests/peers/horovod/run_suite.py --np 2 [--files test_tensorflow2_keras.py ...] [--out DIR]
+"""
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ElementTree
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+UPSTREAM = os.path.join(HERE, "upstream")
+FILES = ["test_tensorflow.py", "test_tensorflow2_keras.py", "test_tensorflow_process_sets.py"]
+SHIMS = '''"""Horovod's test plumbing that its test files import from Horovod's internals."""
+import os
+import threading
+
+from packaging import version
+
+
+def is_version_greater_equal_than(ver, target):
+    return version.parse(ver) >= version.parse(target)
+
+
+def get_env_rank_and_size():
+    for rank, size in (("TFRING_RANK", "TFRING_SIZE"), ("PMI_RANK", "PMI_SIZE")):
+        if rank in os.environ and size in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return None
+
+
+def in_thread(target, args=(), name=None, daemon=True, silent=False):
+    thread = threading.Thread(target=target, args=args, name=name, daemon=daemon)
+    thread.start()
+    return thread
+'''
+REWRITES = [
+    (re.compile(r"^(\s*)import horovod\.((?:tensorflow|keras)\S*) as (\w+)", re.M), r"\1import tfring.horovod.\2 as \3"),
+    (re.compile(r"^(\s*)from horovod\.((?:tensorflow|keras)\S*) import", re.M), r"\1from tfring.horovod.\2 import"),
+    (re.compile(r"^(\s*)from horovod\.(?:common|runner)\S* import", re.M), r"\1from horovod_test_shims import"),
+]
+
+
+def prepare(folder):
+    """Copies the upstream files into `folder` with their import lines rewritten; returns the count of lines changed."""
+    changed = 0
+    for name in os.listdir(UPSTREAM):
+        if not name.endswith(".py"):
+            continue
+        text = open(os.path.join(UPSTREAM, name)).read()
+        for pattern, replacement in REWRITES:
+            text, n = pattern.subn(replacement, text)
+            changed += n
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text)
+    with open(os.path.join(folder, "horovod_test_shims.py"), "w") as f:
+        f.write(SHIMS)
+    return changed
+
+
+def run(np_, files, folder, timeout):
+    """Runs pytest on every rank of a `tfring run -np np_` job; returns the launcher's exit code."""
+    rank_cmd = ("PMI_RANK=$TFRING_RANK PMI_SIZE=$TFRING_SIZE exec " + sys.executable +
+                " -m pytest -p no:cacheprovider -q -o python_files='test_*.py' --rootdir=. "
+                "--junitxml=results-rank$TFRING_RANK.xml " + " ".join(files))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=folder + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "tfring", "run", "-np", str(np_), "--timeout", "60", "sh", "-c", rank_cmd]
+    with open(os.path.join(folder, "job.log"), "w") as log:
+        try:
+            return subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return "timeout"
+
+
+def results(folder, np_):
+    """Per test: the outcome on each rank ("passed", "failed", "error", "skipped" or "missing")."""
+    outcomes = collections.defaultdict(dict)
+    for rank in range(np_):
+        path = os.path.join(folder, f"results-rank{rank}.xml")
+        if not os.path.exists(path):
+            continue
+        for case in ElementTree.parse(path).getroot().iter("testcase"):
+            name = f"{case.get('classname')}::{case.get('name')}"
+            outcome, message = "passed", ""
+            for tag in ("failure", "error", "skipped"):
+                node = case.find(tag)
+                if node is not None:
+                    outcome = {"failure": "failed"}.get(tag, tag)
+                    message = (node.get("message") or "").splitlines()[0][:200] if node.get("message") else ""
+                    break
+            outcomes[name][rank] = (outcome, message)
+    return outcomes
+
+
+def summarize(outcomes, np_):
+    """One outcome per test (the worst over the ranks) and the counts."""
+    order = ["missing", "error", "failed", "skipped", "passed"]
+    merged = {}
+    for name, per_rank in outcomes.items():
+        worst = min((per_rank.get(r, ("missing", "")) for r in range(np_)), key=lambda o: order.index(o[0]))
+        merged[name] = worst
+    return merged, collections.Counter(o for o, _ in merged.values())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--files", nargs="*", default=FILES)
+    parser.add_argument("--out", default=None, help="write the summary (JSON) here")
+    parser.add_argument("--timeout", type=float, default=3000, help="seconds for the whole job")
+    args = parser.parse_args(argv)
+    folder = tempfile.mkdtemp(prefix="tfring-horovod-suite-")
+    try:
+        changed = prepare(folder)
+        code = run(args.np, args.files, folder, args.timeout)
+        merged, counts = summarize(results(folder, args.np), args.np)
+        print(f"Horovod's tests on tfring.horovod, {args.np} ranks ({changed} import lines rewritten): "
+              f"launcher exit {code}; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        for name, (outcome, message) in sorted(merged.items()):
+            if outcome not in ("passed",):
+                print(f"  {outcome:8} {name}  {message}")
+        if code not in (0, 1) or not merged:
+            print(open(os.path.join(folder, "job.log")).read()[-5000:])
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"np": args.np, "exit": code, "counts": counts,
+                           "tests": {k: list(v) for k, v in merged.items()}}, f, indent=1)
+        return 0 if code == 0 else 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
