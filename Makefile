@@ -85,7 +85,7 @@ test: lint test-core test-python
 # variants of the same fit paths (the optimizer door, buckets, uneven batches...) run on the
 # reference stack only, to keep CI inside its time.
 TF_FACING_PACKAGES := tfring/ops tfring/native tfring/data tfring/strategy tfring/optimizers tfring/callbacks \
-	tfring/schedules
+	tfring/schedules tfring/horovod
 TF_FACING := tests/collectives_test.py tests/ring_strategy_test.py tests/keras_calls_test.py -k "collectives_test or \
 	two_ranks_equal_one_process or custom_loops or mixed_float16 or batch_norm or saved_models_loadable or on_batch"
 test-newest-tf:
