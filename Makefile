@@ -59,7 +59,7 @@ test-core:
 	TSAN_OPTIONS=halt_on_error=1 setarch $$(uname -m) -R $(BUILD)/core_tests_tsan
 
 test-python: env
-	$(PY) -m pytest -q -m "not extended" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not extended and not slurm and not spark" $(PYTEST_ARGS)
 
 # The variants `make test` leaves out (marked `extended`: more layouts, signals and engines of paths
 # it covers), to run before a release or after touching the launcher, transports or engines.
