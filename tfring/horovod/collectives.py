@@ -59,7 +59,7 @@ def _reduce_slices(slices, op, prescale_factor, postscale_factor):
         raise NotImplementedError("hvd.allreduce: only hvd.Sum and hvd.Average are supported with tf.IndexedSlices")
     if prescale_factor != 1.0 or postscale_factor != 1.0:
         raise NotImplementedError("hvd.allreduce: pre/postscale factors are not supported with tf.IndexedSlices")
-    values, indices = ring.allgather(slices.values), ring.allgather(tf.cast(slices.indices, tf.int64))
+    values, indices = allgather(slices.values), ring.allgather(tf.cast(slices.indices, tf.int64))
     if op == basics.Average:
         values = values / tf.cast(runtime.size(), values.dtype)
     return tf.IndexedSlices(values, indices, slices.dense_shape)

@@ -62,6 +62,7 @@ from tfring.horovod.process_sets import add_process_set
 from tfring.horovod.process_sets import global_process_set
 from tfring.horovod.process_sets import remove_process_set
 from tfring.horovod.sync_batch_norm import SyncBatchNormalization
+from tfring.horovod.tensorflow.util import _executing_eagerly  # noqa: F401 (Horovod's module has it too)
 
 __all__ = [
     "Adasum", "Average", "Max", "Min", "Product", "Sum", "ccl_built", "cross_rank", "cross_size",
