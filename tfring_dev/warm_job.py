@@ -34,6 +34,7 @@ import textwrap
 import time
 
 from tfring_dev import testing
+from tfring_dev import warm_worker
 from tfring_dev.testing import QUIET_ENV
 
 _START_SECONDS = 120  # the ranks' start-up (import, rendezvous) counts against the first script's timeout
@@ -143,10 +144,7 @@ class WarmJob:
         return streams
 
     def _write(self, name, record):
-        path = os.path.join(self._folder, name)
-        with open(path + ".tmp", "w") as f:
-            json.dump(record, f)
-        os.replace(path + ".tmp", path)
+        warm_worker.write_json_atomically(os.path.join(self._folder, name), record)
 
 
 class WarmJobs:

@@ -89,7 +89,8 @@ def _run(script, name):
         gc.collect()
 
 
-def _write_atomically(path, record):
+def write_json_atomically(path, record):
+    """Writes `record` as JSON to `path` by renaming a finished file into place."""
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
     os.replace(path + ".tmp", path)
@@ -108,7 +109,7 @@ def serve(folder, rank, idle_seconds):
         stem = os.path.join(folder, f"{n}-{rank}")
         with _environment(request.get("env", {})), _output_to(stem):
             code = _run(request["script"], f"warm-{n}.py")
-        _write_atomically(stem + ".json", {"returncode": code})
+        write_json_atomically(stem + ".json", {"returncode": code})
         if code != 0:
             return code
 
