@@ -71,9 +71,18 @@ def _output_to(stem):
 
 def _run(script, name):
     """Runs `script` as `__main__`; returns its exit status as a process would have."""
-    import keras
+    import random
 
-    keras.backend.clear_session()  # layer names, the dtype policy, seeds: as in a fresh process
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    # As in a fresh process: Keras' names and dtype policy, and no global seed anywhere (a script
+    # that seeds would otherwise hand its random state to the next one).
+    keras.backend.clear_session()
+    tf.random.set_seed(None)
+    np.random.seed(None)
+    random.seed(None)
     try:
         exec(compile(script, name, "exec"), {"__name__": "__main__", "__file__": name})
         return 0
