@@ -125,6 +125,46 @@ g = tfring.ops.allgather(tf.fill([rank, 3], rank))
 want = np.concatenate([np.full((r, 3), r) for r in range(size)])
 check("allgather", g.numpy(), want.astype(np.float64), np.float64)
 
+# Reducescatter: Horovod's split of rows (R // size each, one more for the first R % size ranks),
+# every dtype and op, rows fewer than ranks, empty, a fused list, eagerly and in a function.
+@tf.function
+def scattered(tensors, op):
+    return tfring.ops.reducescatter(tensors, op=op)
+
+def my_rows(rows):
+    first = rows // size * rank + min(rank, rows % size)
+    return slice(first, first + rows // size + (1 if rank < rows % size else 0))
+
+ROWS = [0, 1, 7, 9]
+for dtype in DTYPES:
+    for op in OPS:
+        tensors = [tf.constant(value(rank, rows * 3, op).astype(dtype).reshape(rows, 3)) for rows in ROWS]
+        for how, out in (("eager", tfring.ops.reducescatter(tensors, op=op)), ("graph", scattered(tensors, op))):
+            for rows, o in zip(ROWS, out):
+                want = expected(rows * 3, op, dtype).reshape(rows, 3)[my_rows(rows)]
+                check(f"reducescatter {how} {np.dtype(dtype).name} {op} rows={rows}", o.numpy(), want, dtype)
+
+# Alltoall: rank r sends (r + d) % 3 rows to rank d (none at times), every row tagged with its
+# origin, destination and index; the received splits say how many came from each rank.
+def sent_rows(r, d):
+    return (r + d) % 3
+
+for dtype in (np.float32, np.int32, np.int64, np.float16, np.uint8, np.bool_):
+    splits = [sent_rows(rank, d) for d in range(size)]
+    rows = np.concatenate([np.stack([np.full(2, rank * 100 + d * 10 + i) for i in range(n)]) if n else
+                           np.zeros((0, 2)) for d, n in enumerate(splits)])
+    rows = (rows % 2).astype(dtype) if dtype == np.bool_ else (rows % 250).astype(dtype)
+    got, counts = tfring.ops.alltoall(tf.constant(rows), splits=splits)
+    want = np.concatenate([np.stack([np.full(2, o * 100 + rank * 10 + i) for i in range(sent_rows(o, rank))])
+                           if sent_rows(o, rank) else np.zeros((0, 2)) for o in range(size)])
+    want = want % 2 if dtype == np.bool_ else want % 250
+    check(f"alltoall {np.dtype(dtype).name}", got.numpy().astype(np.float64), want.astype(np.float64), np.float64)
+    if counts.numpy().tolist() != [sent_rows(o, rank) for o in range(size)]:
+        failures.append(f"alltoall received splits {counts.numpy().tolist()}")
+even, _ = tf.function(lambda t: tfring.ops.alltoall(t))(tf.fill([2 * size, 1], float(rank)))
+check("alltoall even in a function", even.numpy(), np.repeat(np.arange(size, dtype=np.float64), 2).reshape(-1, 1),
+      np.float64)
+
 # Gradients.
 x = tf.Variable([1.0, 2.0])
 with tf.GradientTape(persistent=True) as tape:
@@ -134,6 +174,21 @@ with tf.GradientTape(persistent=True) as tape:
 check("grad allreduce", tape.gradient(y, x).numpy(), np.full(2, size * (rank + 1.0)), np.float64)
 check("grad allgather", tape.gradient(z, x).numpy(), np.full(2, size * (rank + 1.0)), np.float64)
 check("grad broadcast", tape.gradient(b, x).numpy(), np.full(2, 2.0 * size if rank == 0 else 0.0), np.float64)
+w = tf.Variable(tf.ones([5, 2]))
+with tf.GradientTape(persistent=True) as tape:
+    # d(sum of every rank's sum of its rows * (rank + 1)) / dw: rows of rank q weigh q + 1.
+    s = tf.reduce_sum(tfring.ops.reducescatter(w * 2.0, op="sum") * float(rank + 1))
+    m = tf.reduce_sum(tfring.ops.reducescatter(w * 2.0, op="mean") * float(rank + 1))
+    routed, _ = tfring.ops.alltoall(w * float(rank + 1), splits=[5 if d == 0 else 0 for d in range(size)])
+    a = tf.reduce_sum(routed * tf.reshape(tf.range(tf.shape(routed)[0], dtype=tf.float32), [-1, 1]))
+weights = np.concatenate([np.full(5 // size + (1 if q < 5 % size else 0), q + 1.0) for q in range(size)])
+check("grad reducescatter sum", tape.gradient(s, w).numpy(), 2.0 * np.repeat(weights, 2).reshape(5, 2), np.float64)
+check("grad reducescatter mean", tape.gradient(m, w).numpy(), 2.0 / size * np.repeat(weights, 2).reshape(5, 2),
+      np.float32)
+# Rank 0 receives every rank's 5 rows (origin q at rows 5q..5q+4) and weighs row i by i; the
+# gradient takes each row back to its origin.
+check("grad alltoall", tape.gradient(a, w).numpy(), np.repeat((np.arange(5) + 5 * rank) * (rank + 1.0), 2).reshape(5, 2),
+      np.float64)
 
 tfring.ops.barrier()
 print("TRANSPORT", tfring.transport_name())
@@ -189,17 +244,17 @@ rank = tfring.rank()
 try:
     tfring.ops.allreduce([tf.zeros([2]), tf.zeros([3 + rank, 2])])
     print("NO ERROR")
-except tf.errors.InvalidArgumentError as e:
+except tf.errors.FailedPreconditionError as e:
     print("INVALID", e.message.splitlines()[0])
 try:
     tfring.ops.allreduce([tf.zeros([2])] * (1 + rank))
     print("NO ERROR")
-except tf.errors.InvalidArgumentError as e:
+except tf.errors.FailedPreconditionError as e:
     print("INVALID", e.message.splitlines()[0])
 try:
     tfring.ops.allreduce(tf.zeros([2], tf.float32 if rank == 0 else tf.float64))
     print("NO ERROR")
-except tf.errors.InvalidArgumentError as e:
+except tf.errors.FailedPreconditionError as e:
     print("INVALID", e.message.splitlines()[0])
 print("AFTER", tfring.ops.allreduce(tf.ones([3])).numpy().tolist())
 '''

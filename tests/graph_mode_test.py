@@ -34,6 +34,9 @@ with tf.compat.v1.Session() as session:
     session.run(barrier)
     result.update(v=session.run(v).tolist(), w=int(session.run(w)), u=session.run(u).tolist(),
                   mean=session.run(mean).tolist(), gathered=session.run(gathered).tolist())
+    # Horovod's TF1 habit: object collectives through the session.
+    result["objects"] = [tfring.broadcast_object({"a": rank}, root_rank=1),
+                         tfring.allgather_object((rank,), serializer="pickle", session=session)]
 try:
     tfring.broadcast_object({"a": 1})
     result["object"] = "no error"
@@ -52,4 +55,5 @@ def test_wrappers_in_a_tf1_graph_return_ops_that_do_the_work():
         assert result["v"] == [1.0, 10.0] and result["w"] == 5, (r, result)  # rank 0's values
         assert result["u"] == [8.0], (r, result)  # rank 1's
         assert result["mean"] == [1.5, 3.0] and result["gathered"] == [0, 1, 1], (r, result)
-        assert "run eagerly only" in result["object"], result["object"]
+        assert "call them eagerly, or in a TF1 graph with a session" in result["object"], result["object"]
+        assert result["objects"] == [{"a": 1}, [[0], [1]]], result["objects"]

@@ -51,6 +51,14 @@ for case, call in hostile.items():
         print("HOSTILE", case, "error", e)
 print("ERROR-KEY", json.dumps(tfring.allgather_object({"__tfring_object_error__": "mine"})))
 print("AFTER", tfring.allgather_object(tfring.rank()))  # the ranks are still in step
+# Pickled (Horovod's habit): any picklable value, signed with the job secret.
+print("PICKLED", tfring.broadcast_object({0: (1, b"x"), "s": {2}} if tfring.rank() == 2 else None, root_rank=2,
+                                         serializer="pickle") == {0: (1, b"x"), "s": {2}},
+      tfring.allgather_object((tfring.rank(), {tfring.rank()}), serializer="pickle"))
+try:
+    tfring.allgather_object(1, serializer="pickle" if tfring.rank() else "json")
+except ValueError as e:
+    print("SERIALIZERS", e)
 '''
 
 
@@ -69,7 +77,7 @@ def test_helpers_on_three_ranks():
         assert [g["rank"] for g in gathered] == [0, 1, 2] and gathered[2]["files"] == ["a", "a"]
         assert json.loads(next(l for l in lines if l.startswith("EMPTY"))[6:]) == [[], "", ""]
         errors = [l for l in lines if l.startswith("ERROR")]
-        assert "not JSON-serialisable" in errors[0] and "(on rank 2)" in errors[0], errors
+        assert "cannot be sent as json" in errors[0] and "(on rank 2)" in errors[0], errors
         assert "over the limit of 50 (max_bytes)" in errors[1], errors
         hostile = {l.split(" ", 2)[1]: l.split(" ", 2)[2] for l in lines if l.startswith("HOSTILE")}
         assert hostile["root_disagrees"].startswith("error") and "rank 0 passed root_rank=0 but rank 1 passed " \
@@ -83,3 +91,6 @@ def test_helpers_on_three_ranks():
         assert json.loads(next(l for l in lines if l.startswith("ERROR-KEY"))[10:]) == \
             [{"__tfring_object_error__": "mine"}] * 3  # a user's dict, not an error
         assert "AFTER [0, 1, 2]" in lines
+        assert "PICKLED True [(0, {0}), (1, {1}), (2, {2})]" in lines
+        assert any(l.startswith("SERIALIZERS") and "serializer (0: json, 1: pickle)=0 but rank 1" in l
+                   for l in lines), lines

@@ -143,7 +143,7 @@ def local_size():
 
 
 # OpKind's order in the core (engine/request.h): the index of each kind in tfring_traffic's arrays.
-_KINDS = ("allreduce", "broadcast", "allgather", "barrier")
+_KINDS = ("allreduce", "broadcast", "allgather", "barrier", "reducescatter", "alltoall")
 
 
 def traffic():
@@ -185,3 +185,28 @@ def transport_name():
     buf = ctypes.create_string_buffer(512)
     _c().tfring_transport_name(buf, len(buf))
     return buf.value.decode()
+
+
+def sign_object(data):
+    """The job's signature of `data` (bytes): HMAC-SHA256 with the job secret, which never leaves the core.
+
+    The object collectives sign what they pickle and check the signature before they unpickle,
+    so nothing that a process outside the job sends is ever unpickled.
+
+    Args:
+        data: bytes.
+
+    Returns:
+        32 bytes, the same on every rank of the job for the same `data`.
+
+    Raises:
+        RuntimeError: before `init()`.
+
+    Example:
+
+    >>> tag = tfring.runtime.sign_object(b"payload")
+    """
+    out = ctypes.create_string_buffer(32)
+    if _c().tfring_sign_object(data, len(data), out) != 0:
+        raise RuntimeError("tfring.runtime.sign_object: call tfring.init() first")
+    return out.raw

@@ -14,12 +14,11 @@ Differences from Horovod, on purpose:
 - `hvd.callbacks.BroadcastGlobalVariablesCallback` broadcasts when training begins (Keras 3 builds
   the optimizer's variables before the first step), not after the first batch, so every rank's
   first step already starts from the root's weights.
-- `hvd.broadcast_object` / `hvd.allgather_object` carry JSON values (dicts with string keys,
-  lists, strings, numbers, booleans, None), never pickles: nothing another rank or process sends
-  is executed. Horovod pickles arbitrary objects; such a value raises a ValueError on every rank,
-  saying why.
+- `hvd.broadcast_object` / `hvd.allgather_object` carry any picklable object, as Horovod's, but
+  signed: each rank signs what it pickles with the job secret (HMAC-SHA256) and receivers check
+  the signature before unpickling, so nothing a process outside the job sends is ever unpickled.
 - What tfring does not have yet raises NotImplementedError naming it (Adasum, process sets other
-  than the global one, `join`, `alltoall`, `reducescatter`, elastic). Arguments about placement and
+  than the global one, `join`, elastic). Arguments about placement and
   grouping (`device_dense`, `device_sparse`, `groups`, `num_groups`, `name`, `use_locking`) are
   accepted and ignored: tfring places collectives with their inputs and groups gradients in buckets.
 - Keras on a GPU host compiles `fit`'s step with XLA by default (`jit_compile="auto"` is True
@@ -27,7 +26,8 @@ Differences from Horovod, on purpose:
   `jit_compile=False` (the error says so).
 
 Gradient conventions: in this package they are Horovod's (an allgather's or a broadcast's gradient
-is averaged over the ranks); in `tfring.ops` they are sums. See each function.
+is averaged over the ranks; a reducescatter's is the gathered gradient, times the number of ranks
+for `hvd.Sum`); in `tfring.ops` they are exact for a sum of the ranks' losses. See each function.
 """
 
 

@@ -32,26 +32,25 @@ def _widened(tensor):
 
 
 def _scaled(tensor, factor):
-    """`tensor * factor`; an integer tensor is scaled in float64 and rounded back, as Horovod does."""
+    """`tensor * factor` in Horovod's arithmetic: integers in float64, float16 in float32, cast back
+    (so integers truncate toward zero, as Horovod's C++ `static_cast` does)."""
     if factor == 1.0:
         return tensor
-    if tensor.dtype.is_integer:
-        return tf.cast(tf.round(tf.cast(tensor, tf.float64) * float(factor)), tensor.dtype)
-    return tensor * tf.cast(float(factor), tensor.dtype)
+    dtype = tensor.dtype
+    wide = tf.float64 if dtype.is_integer else tf.float32 if dtype == tf.float16 else dtype
+    return tf.cast(tf.cast(tensor, wide) * tf.constant(float(factor), wide), dtype)
 
 
-def _sum_scaled(tensors, op, prescale_factor, postscale_factor):
-    """One fused allreduce of `tensors` with Horovod's scale factors."""
-    reduced = ring.allreduce([_scaled(t, prescale_factor) for t in tensors], op=op)
-    return [_scaled(r, postscale_factor) for r in reduced]
-
-
-def _reduce_dense(tensors, op, compression, prescale_factor, postscale_factor):
-    tfring_op = basics.tfring_op(op, "hvd.allreduce")
+def _reduce_dense(tensors, op, compression, prescale_factor, postscale_factor, collective=ring.allreduce,
+                  where="hvd.allreduce"):
+    """One fused reduction (`collective`: allreduce or reducescatter), scaled in each tensor's own
+    (compressed) type before and after, as Horovod does."""
+    tfring_op = basics.tfring_op(op, where)
     compressed, contexts = zip(*[compression.compress(tf.convert_to_tensor(t)) for t in tensors])
-    widened, narrows = zip(*[_widened(t) for t in compressed])
-    reduced = _sum_scaled(list(widened), tfring_op, prescale_factor, postscale_factor)
-    return [compression.decompress(narrow(r), ctx) for r, narrow, ctx in zip(reduced, narrows, contexts)]
+    widened, narrows = zip(*[_widened(_scaled(t, prescale_factor)) for t in compressed])
+    reduced = collective(list(widened), op=tfring_op)
+    return [compression.decompress(_scaled(narrow(r), postscale_factor), ctx)
+            for r, narrow, ctx in zip(reduced, narrows, contexts)]
 
 
 def _reduce_slices(slices, op, prescale_factor, postscale_factor):
@@ -252,6 +251,29 @@ def broadcast_variables(variables, root_rank, process_set=process_sets.global_pr
     return tf.group(others, *[v.assign(value) for v, value in zip(narrow, values)])
 
 
+def broadcast_(variables, root_rank, name=None, process_set=process_sets.global_process_set):
+    """Assigns the root's values to `variables` in place and returns them (Horovod's `hvd.broadcast_`).
+
+    Args:
+        variables: a list of `tf.Variable`s or Keras variables.
+        root_rank: the rank whose values win.
+        name: ignored.
+        process_set: only `hvd.global_process_set`.
+
+    Returns:
+        The variables' values after the broadcast, a list of tensors.
+
+    Example:
+
+    >>> values = hvd.broadcast_([v1, v2], root_rank=0)
+    """
+    process_sets.check_global(process_set, "hvd.broadcast_")
+    variables = list(variables)
+    assigned = broadcast_variables(variables, root_rank)
+    with tf.control_dependencies([assigned] if assigned is not None else []):
+        return [tf.identity(tf.convert_to_tensor(v)) for v in variables]  # read after the assignment
+
+
 def broadcast_global_variables(root_rank):
     """Broadcasts every global variable of the TF1 graph from the root (Horovod's TF1 call).
 
@@ -268,26 +290,61 @@ def broadcast_global_variables(root_rank):
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=process_sets.global_process_set):
-    """The root's Python value on every rank (Horovod's `hvd.broadcast_object`), carried as JSON.
+    """The root's Python object on every rank (Horovod's `hvd.broadcast_object`).
 
-    Horovod pickles; tfring never unpickles what another process sends: the value must be what
-    JSON holds (dicts with string keys, lists, strings, numbers, booleans, None).
+    Any picklable object, as Horovod's; tfring signs the pickle with the job secret and every rank
+    checks the signature before unpickling, so nothing a process outside the job sends is
+    unpickled (`tfring.ops.objects`). Eagerly, or in a TF1 graph through `session` (or the default one).
+
+    Args:
+        obj: the object (on the root).
+        root_rank: the rank whose object wins.
+        session: in a TF1 graph, the session that runs the collectives.
+        name: ignored.
+        process_set: only `hvd.global_process_set`.
+
+    Returns:
+        The root's object.
 
     Raises:
-        ValueError: on every rank, when the root's value is not JSON (the message says why).
+        ValueError: on every rank, when the root's object cannot be pickled (the message says why).
+
+    Example:
+
+    >>> state = hvd.broadcast_object({"epoch": 3, 0: [1, 2]}, root_rank=0)
     """
     process_sets.check_global(process_set, "hvd.broadcast_object")
-    return objects.broadcast_object(obj, root_rank=root_rank)
+    return objects.broadcast_object(obj, root_rank=root_rank, serializer="pickle", session=session)
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=process_sets.global_process_set):
+    """A function that broadcasts an object from the root (Horovod's TF1 `hvd.broadcast_object_fn`).
+
+    Returns:
+        `f(obj)`: `broadcast_object(obj, root_rank, session)`.
+
+    Example:
+
+    >>> bcast = hvd.broadcast_object_fn(root_rank=0)
+    >>> obj = bcast(obj)
+    """
+    process_sets.check_global(process_set, "hvd.broadcast_object_fn")
+    return lambda obj: broadcast_object(obj, root_rank, session)
 
 
 def allgather_object(obj, session=None, name=None, process_set=process_sets.global_process_set):
-    """Every rank's Python value, in rank order (Horovod's `hvd.allgather_object`), carried as JSON.
+    """Every rank's Python object, in rank order (Horovod's `hvd.allgather_object`), pickled and signed
+    as `broadcast_object` sends them.
 
     Returns:
-        A list of `size()` values.
+        A list of `size()` objects.
+
+    Example:
+
+    >>> hvd.allgather_object({"loss": 0.5})
     """
     process_sets.check_global(process_set, "hvd.allgather_object")
-    return objects.allgather_object(obj)
+    return objects.allgather_object(obj, serializer="pickle", session=session)
 
 
 def barrier(process_set=process_sets.global_process_set):
@@ -306,18 +363,110 @@ def join(device=""):
                               "(tfring.data shards them evenly)")
 
 
-def _not_yet(name):
-    def call(*args, **kwargs):
-        raise NotImplementedError(f"hvd.{name} is not supported by tfring yet")
+def grouped_reducescatter(tensors, device_dense="", compression=compression_lib.Compression.none, op=basics.Average,
+                          process_set=process_sets.global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces a list of tensors and gives each rank its share of the rows, as one fused collective
+    (Horovod's `hvd.grouped_reducescatter`).
 
-    call.__name__ = name
-    call.__doc__ = f"Horovod's `hvd.{name}`: not supported by tfring yet (raises NotImplementedError)."
-    return call
+    Of a first dimension of `R` rows over `P` ranks, rank `r` gets `R // P` rows, one more when
+    `r < R % P`. The gradient is Horovod's: the incoming gradients gathered from every rank,
+    multiplied by the number of ranks for `hvd.Sum` (as is for `hvd.Average`) and by the scale
+    factors (`tfring.ops.reducescatter`'s is the exact one: gathered, divided for a mean).
+
+    Args:
+        tensors: a list of tensors of rank >= 1, the same shapes on every rank.
+        device_dense: ignored (tfring places the collective with its input).
+        compression: `hvd.Compression.none` (default) or `hvd.Compression.fp16`.
+        op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
+        process_set: only `hvd.global_process_set`.
+        prescale_factor: multiplies each tensor before the reduction.
+        postscale_factor: multiplies each result.
+
+    Returns:
+        A list of this rank's rows of each reduced tensor.
+
+    Example:
+
+    >>> hvd.grouped_reducescatter([tf.ones([4, 2]), tf.ones([3])], op=hvd.Sum)
+    """
+    process_sets.check_global(process_set, "hvd.grouped_reducescatter")
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return tensors
+    op = basics.Average if op is None else op
+    gradient_scale = (runtime.size() if op == basics.Sum else 1) * prescale_factor * postscale_factor
+
+    @tf.custom_gradient
+    def scatter(*xs):
+        out = _reduce_dense(xs, op, compression, prescale_factor, postscale_factor, ring.reducescatter,
+                            "hvd.reducescatter")
+
+        def grad(*dys):
+            return [ring.allgather(dy) * tf.cast(gradient_scale, dy.dtype) if dy.dtype.is_floating else None
+                    for dy in dys]
+
+        return out, grad
+
+    return list(scatter(*tensors))
 
 
-alltoall = _not_yet("alltoall")
-reducescatter = _not_yet("reducescatter")
-grouped_reducescatter = _not_yet("grouped_reducescatter")
+def reducescatter(tensor, device_dense="", compression=compression_lib.Compression.none, op=basics.Average,
+                  name=None, process_set=process_sets.global_process_set, ignore_name_scope=False,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces a tensor and gives each rank its share of the rows (Horovod's `hvd.reducescatter`).
+
+    As `grouped_reducescatter` for one tensor.
+
+    Args:
+        tensor: a tensor of rank >= 1, the same shape on every rank.
+        device_dense: ignored.
+        compression: `hvd.Compression.none` (default) or `hvd.Compression.fp16`.
+        op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
+        name: ignored (tfring matches collectives by their order).
+        process_set: only `hvd.global_process_set`.
+        ignore_name_scope: ignored.
+        prescale_factor: multiplies the tensor before the reduction.
+        postscale_factor: multiplies the result.
+
+    Returns:
+        This rank's rows of the reduced tensor.
+
+    Example:
+
+    >>> hvd.reducescatter(tf.ones([4, 2]), op=hvd.Sum)   # on 2 ranks: [[2, 2], [2, 2]]
+    """
+    return grouped_reducescatter([tensor], compression=compression, op=op, process_set=process_set,
+                                 prescale_factor=prescale_factor, postscale_factor=postscale_factor)[0]
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=process_sets.global_process_set):
+    """Sends rows of `tensor` to every rank; returns the rows every rank sent this one (Horovod's `hvd.alltoall`).
+
+    The first `splits[0]` rows go to rank 0, the next `splits[1]` to rank 1, ...; without
+    `splits` the first dimension is cut evenly. The gradient sends the incoming gradient's rows
+    back where they came from.
+
+    Args:
+        tensor: a tensor of rank >= 1; the dimensions after the first match on every rank.
+        splits: optional list or 1-D integer tensor of one row count per rank.
+        name: ignored.
+        ignore_name_scope: ignored.
+        process_set: only `hvd.global_process_set`.
+
+    Returns:
+        With `splits`: `(received, received_splits)`, the rows in rank order and how many came
+        from each rank (int32). Without: `received` only, as Horovod returns.
+
+    Example:
+
+    >>> received, counts = hvd.alltoall(tf.range(4), splits=[1, 3])   # on 2 ranks
+    """
+    process_sets.check_global(process_set, "hvd.alltoall")
+    tensor = tf.convert_to_tensor(tensor)
+    wide, narrow = _widened(tensor)
+    received, counts = ring.alltoall(wide, splits=splits)
+    received = narrow(received)
+    return (received, tf.cast(counts, tf.int32)) if splits is not None else received
 
 
 def rank_op(name=None):

@@ -116,10 +116,8 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
     tape = DistributedGradientTape(gradtape, compression=compression, sparse_as_dense=sparse_as_dense, op=op,
                                    gradient_predivide_factor=gradient_predivide_factor, process_set=process_set,
                                    scale_local_gradients=scale_local_gradients)
-    layers = [] if local_layers is None else (local_layers if isinstance(local_layers, (list, tuple)) else [local_layers])
-    for layer in layers:
-        for w in layer.trainable_weights:
-            tape.register_local_source(w)
+    for w in gradients.local_layer_weights(local_layers, "hvd.PartialDistributedGradientTape"):
+        tape.register_local_source(w)
     return tape
 
 

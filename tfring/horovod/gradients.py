@@ -9,6 +9,7 @@ backward pass in a graph), sparse ones as rows. Horovod's `compression` and
 
 import dataclasses
 
+import keras
 import tensorflow as tf
 
 from tfring import config
@@ -123,3 +124,16 @@ def _divided(grad, size):
     if isinstance(grad, tf.IndexedSlices):
         return tf.IndexedSlices(grad.values / tf.cast(size, grad.values.dtype), grad.indices, grad.dense_shape)
     return grad / tf.cast(size, grad.dtype)
+
+
+def local_layer_weights(local_layers, where):
+    """The trainable weights of Horovod's `local_layers` argument (None, a Keras layer or a list of them).
+
+    Raises:
+        ValueError: an item is not a Keras layer (Horovod's error).
+    """
+    layers = [] if local_layers is None else (
+        list(local_layers) if isinstance(local_layers, (list, tuple)) else [local_layers])
+    if not all(isinstance(layer, keras.layers.Layer) for layer in layers):
+        raise ValueError(f"{where}: all local layers must be of keras.layers.Layer type")
+    return [w for layer in layers for w in layer.trainable_weights]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfring
 import tfring.horovod.keras as hvd_keras
 import tfring.horovod.tensorflow as hvd
 import tfring.horovod.tensorflow.keras as hvd_tf_keras
@@ -19,7 +20,7 @@ cuda_built rocm_built start_timeline stop_timeline ProcessSet global_process_set
 remove_process_set Average Sum Adasum Min Max Product Compression allreduce grouped_allreduce allgather
 grouped_allgather broadcast broadcast_variables broadcast_global_variables broadcast_object allgather_object
 alltoall reducescatter grouped_reducescatter join barrier rank_op size_op local_rank_op local_size_op
-DistributedOptimizer DistributedGradientTape PartialDistributedGradientTape SyncBatchNormalization""".split()
+DistributedOptimizer DistributedGradientTape PartialDistributedGradientTape SyncBatchNormalization broadcast_""".split()
 HOROVOD_KERAS_NAMES = """init shutdown is_initialized size local_size cross_size rank local_rank cross_rank
 mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built cuda_built
 rocm_built ProcessSet global_process_set add_process_set remove_process_set Average Sum Compression
@@ -62,8 +63,33 @@ def test_collectives_of_one_rank_in_every_type_horovod_has():
     narrow = tf.Variable(tf.constant([-3, 4], tf.int8))
     hvd.broadcast_variables([narrow, tf.Variable([1.0])], root_rank=0)
     np.testing.assert_array_equal(narrow.numpy(), [-3, 4])
-    assert hvd.broadcast_object({"a": [1, 2]}) == {"a": [1, 2]}
+    for dtype in (tf.uint8, tf.int8, tf.int32, tf.float16, tf.float64):
+        rows = tf.cast(tf.reshape(tf.range(6), [3, 2]), dtype)
+        np.testing.assert_array_equal(hvd.reducescatter(rows, op=hvd.Sum), rows)
+        received, counts = hvd.alltoall(rows, splits=[3])
+        np.testing.assert_array_equal(received, rows)
+        assert received.dtype == dtype and counts.numpy().tolist() == [3]
+    np.testing.assert_array_equal(hvd.alltoall(tf.constant([True, False])), [True, False])
+    v = tf.Variable([1.5, 2.5])
+    np.testing.assert_array_equal(hvd.broadcast_([v], root_rank=0)[0], [1.5, 2.5])
+    assert hvd.broadcast_object({"a": [1, 2], 0: (3, b"x")}) == {"a": [1, 2], 0: (3, b"x")}
+    assert hvd.allgather_object({1, 2}) == [{1, 2}]
     assert hvd.allgather_object(3) == [3]
+
+
+@pytest.mark.parametrize("dtype", [tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32])
+def test_scale_factors_are_horovods_arithmetic(dtype):
+    # Horovod scales integers in float64 and truncates back (a cast, not a rounding), and float16
+    # in float32: its own tests compare bit for bit.
+    values = tf.constant([[-3, 7, 1], [5, -1, 2]] if dtype != tf.uint8 else [[3, 7, 1], [5, 1, 2]])
+    x = tf.cast(values, dtype)
+    factor = 0.71
+    wide = tf.float64 if dtype.is_integer else tf.float32 if dtype == tf.float16 else dtype
+    expected = tf.cast(tf.cast(x, wide) * tf.constant(factor, wide), dtype)
+    for out in (hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor),
+                hvd.allreduce(x, op=hvd.Sum, postscale_factor=factor)):
+        assert out.dtype == dtype
+        np.testing.assert_array_equal(out, expected)
 
 
 def test_gradients_follow_horovods_conventions():
@@ -84,14 +110,15 @@ def test_gradients_follow_horovods_conventions():
     (lambda: hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0])), NotImplementedError, "global_process_set"),
     (lambda: hvd.add_process_set([0]), NotImplementedError, "process sets"),
     (lambda: hvd.join(), NotImplementedError, "join"),
-    (lambda: hvd.alltoall(tf.ones([1])), NotImplementedError, "alltoall"),
+    (lambda: hvd.alltoall(tf.ones([1]), process_set=hvd.ProcessSet([0])), NotImplementedError, "global_process_set"),
     (lambda: hvd.init(comm=[0]), NotImplementedError, "comm"),
     (lambda: hvd.broadcast_global_variables(0), RuntimeError, "eager"),
     (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Max), ValueError, "Average and Sum"),
     (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0), ValueError,
      "backward_passes_per_step"),
     (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), compression="fp16"), TypeError, "compression"),
-    (lambda: hvd.broadcast_object({1: 2}), ValueError, "string keys"),
+    (lambda: hvd.broadcast_object(lambda: 0), ValueError, "cannot be sent as pickle"),
+    (lambda: tfring.broadcast_object({1: 2}), ValueError, "string keys"),
     (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Sum, gradient_predivide_factor=2.0),
      ValueError, "predivide"),
     (lambda: hvd.DistributedOptimizer(object()), TypeError, "Keras 3 optimizers"),
@@ -115,6 +142,14 @@ def test_the_distributed_optimizer_is_the_users_class_with_its_configuration():
     assert list(inspect.signature(hvd.DistributedOptimizer).parameters)[:9] == [
         "optimizer", "name", "use_locking", "device_dense", "device_sparse", "compression", "sparse_as_dense",
         "backward_passes_per_step", "op"]
+    # horovod.keras' PartialDistributedOptimizer: the local layers' weights keep their own gradients.
+    model = keras.Sequential([keras.Input([2]), keras.layers.Dense(3), keras.layers.Dense(1)])
+    partial = hvd_keras.PartialDistributedOptimizer(sgd, local_layers=model.layers[-1])
+    assert list(inspect.signature(hvd_keras.PartialDistributedOptimizer).parameters)[-2:] == [
+        "local_layers", "scale_local_gradients"]
+    assert {id(w) for w in model.layers[-1].trainable_weights} <= partial._hvd["local"]
+    with pytest.raises(ValueError, match="keras.layers.Layer"):
+        hvd_keras.PartialDistributedOptimizer(sgd, local_layers=["dense"])
 
 
 def test_under_mixed_float16_the_loss_scale_sits_inside_the_distributed_optimizer():

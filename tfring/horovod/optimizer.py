@@ -208,6 +208,40 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                       average_aggregated_gradients, scale_local_gradients)
 
 
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",  # noqa: N802
+                                compression=compression_lib.Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=basics.Average, backward_passes_per_step=1,
+                                average_aggregated_gradients=False, groups=None,
+                                process_set=process_sets.global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """`DistributedOptimizer` whose `local_layers` keep their own gradients (Horovod's `horovod.keras` name).
+
+    The weights of `local_layers` are registered with `register_local_var`: their gradients are
+    not reduced, and are divided by the number of ranks when `scale_local_gradients`.
+
+    Args:
+        local_layers: a Keras layer or a list of them (None: as `DistributedOptimizer`).
+        (the others): as `DistributedOptimizer`.
+
+    Returns:
+        The distributed optimizer.
+
+    Raises:
+        ValueError: an item of `local_layers` is not a Keras layer; as `DistributedOptimizer`.
+
+    Example:
+
+    >>> opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[model.layers[-1]])
+    """
+    local = gradients.local_layer_weights(local_layers, "hvd.PartialDistributedOptimizer")
+    made = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+                                gradient_predivide_factor, op, backward_passes_per_step, average_aggregated_gradients,
+                                0, groups, process_set, scale_local_gradients)
+    for w in local:
+        made.register_local_var(w)
+    return made
+
+
 def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
                                      compression=compression_lib.Compression.none, sparse_as_dense=False,
                                      backward_passes_per_step=1, op=basics.Average, gradient_predivide_factor=1.0,

@@ -132,3 +132,5 @@ def _declare(c):
     c.tfring_barrier_raw.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     c.tfring_traffic.argtypes = [ctypes.POINTER(ctypes.c_int64)] * 3 + [ctypes.c_int]
     c.tfring_traffic.restype = ctypes.c_int
+    c.tfring_sign_object.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p]
+    c.tfring_sign_object.restype = ctypes.c_int

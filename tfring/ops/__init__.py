@@ -1,11 +1,12 @@
-"""tfring's TensorFlow ops: fused ring allreduce, broadcast, allgather, barrier and the fused LARS
-update.
+"""tfring's TensorFlow ops: fused ring allreduce, broadcast, allgather, reducescatter, alltoall,
+barrier and the fused LARS update.
 
 The names load on first use, so `import tfring` (and the `tfring run` launcher) does not import
 TensorFlow.
 """
 
-__all__ = ["allreduce", "allreduce_buckets", "broadcast", "allgather", "barrier", "broadcast_variables", "lars_update"]
+__all__ = ["allreduce", "allreduce_buckets", "broadcast", "allgather", "reducescatter", "alltoall", "barrier",
+           "broadcast_variables", "lars_update"]
 
 
 def __getattr__(name):

@@ -1,4 +1,4 @@
-"""Collective operations on tensors: allreduce, broadcast, allgather, barrier.
+"""Collective operations on tensors: allreduce, broadcast, allgather, reducescatter, alltoall, barrier.
 
 Each call is ONE op node, also for a list of tensors, so a whole gradient list is reduced as a
 single fused collective. The kernels are asynchronous: they hand the tensors to tfring's engine
@@ -65,7 +65,8 @@ def allreduce(tensors, op="sum", name=None):
     Raises:
         ValueError: `op` is not one of the reduce ops.
         TypeError: a dtype is not float16/bfloat16/float32/float64/int32/int64.
-        tf.errors.InvalidArgumentError (at run time): ranks passed different shapes or counts.
+        tf.errors.FailedPreconditionError (at run time): ranks passed different shapes, counts or
+            dtypes (Horovod's error type for the same case).
         tf.errors.UnavailableError (at run time): a rank died or stalled past the timeout.
 
     Example:
@@ -248,6 +249,100 @@ def allgather(tensor, name=None):
     return ordering.ordered(lambda: lib.tfring_allgather(tensor, name=name))
 
 
+def reducescatter(tensors, op="sum", name=None):
+    """Reduces tensors across all ranks and gives each rank its share of the rows.
+
+    Of a first dimension of `R` rows over `P` ranks, rank `r` gets `R // P` rows, one more when
+    `r < R % P`, in rank order (Horovod's split): the concatenation of every rank's result is the
+    allreduce. A list is reduced as one fused collective. The ring moves half the bytes an
+    allreduce moves.
+
+    Args:
+        tensors: a tensor of rank >= 1 or a list of them, the same shapes on every rank.
+        op: "sum", "mean", "min", "max" or "product", as for `allreduce`.
+        name: optional op name.
+
+    Returns:
+        This rank's rows of the reduced tensor (or a list of them).
+
+    Raises:
+        ValueError: `op` is not one of the reduce ops, or a tensor is a scalar.
+        TypeError: a dtype is not float16/bfloat16/float32/float64/int32/int64.
+        tf.errors.FailedPreconditionError (at run time): ranks passed different shapes, counts or dtypes.
+        tf.errors.UnavailableError (at run time): a rank died or stalled past the timeout.
+
+    Example:
+
+    >>> tfring.ops.reducescatter(tf.ones([4, 2]))   # on 2 ranks: 2 rows of 2.0 each
+    """
+    checks.choice("tfring.reducescatter", "op", op, REDUCE_OPS)
+    single, items = _as_list("reducescatter", tensors, _REDUCE_DTYPES)
+    if not items:
+        return []
+    for i, t in enumerate(items):
+        if t.shape.rank == 0:
+            raise ValueError(f"tfring.reducescatter needs tensors of rank >= 1 (it splits the first dimension over "
+                             f"the ranks), got a scalar at position {i}")
+    groups = _dtype_groups(items)
+    if len(groups) > 1:
+        out = [None] * len(items)
+        for idx in groups:
+            for i, r in zip(idx, reducescatter([items[i] for i in idx], op=op, name=name)):
+                out[i] = r
+        return out
+    lib = _ops()
+    result = ordering.ordered(lambda: lib.tfring_reducescatter(items, reduce_op=op, name=name))
+    return result[0] if single else list(result)
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Sends rows of `tensor` to every rank and returns the rows every rank sent this one.
+
+    The first `splits[0]` rows go to rank 0, the next `splits[1]` to rank 1, and so on; without
+    `splits` the first dimension is cut evenly (it must then divide by the number of ranks).
+    Ranks may send different numbers of rows, and none; the other dimensions must match. The
+    blocks are relayed around the ring: a block crosses as many links as its destination is far
+    to the right of its origin, so large all-to-alls over many ranks cost more than the bytes.
+
+    Args:
+        tensor: a tensor of rank >= 1.
+        splits: optional list or 1-D integer tensor of one row count per rank, summing to the
+            first dimension.
+        name: optional op name.
+
+    Returns:
+        A tuple `(received, received_splits)`: the rows from rank 0, then rank 1, ..., and how
+        many rows came from each rank (an int64 vector).
+
+    Raises:
+        ValueError: a scalar.
+        tf.errors.InvalidArgumentError: no `splits` and a first dimension that does not divide
+            evenly; at run time, `splits` of the wrong length, with a negative count, or that do not
+            add up to the first dimension.
+        tf.errors.FailedPreconditionError (at run time): ranks passed rows of different shapes or dtypes.
+
+    Example:
+
+    >>> received, counts = tfring.ops.alltoall(tf.range(4), splits=[1, 3])   # on 2 ranks
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    _check_dtypes("alltoall", [tensor], _COPY_DTYPES)
+    if tensor.shape.rank == 0:
+        raise ValueError("tfring.alltoall needs a tensor of rank >= 1 (it sends rows), got a scalar")
+    size = _runtime.size()
+    if splits is None:
+        rows = tensor.shape[0]
+        if rows is not None and rows % size:
+            raise tf.errors.InvalidArgumentError(
+                None, None, f"tfring.alltoall: without splits the first dimension ({rows}) must divide evenly by "
+                            f"the number of ranks ({size})")
+        splits = tf.fill([size], tf.shape(tensor, out_type=tf.int64)[0] // size)
+    splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
+    lib = _ops()
+    received, counts = ordering.ordered(lambda: lib.tfring_alltoall(tensor, splits, name=name))
+    return received, counts
+
+
 def barrier(name=None, label=""):
     """Returns once every rank has called it (in graph mode: an op to depend on).
 
@@ -323,3 +418,26 @@ def _allgather_grad(op, grad):
     offset = tf.reduce_sum(rows[: _runtime.rank()])
     begin = tf.concat([[offset], tf.zeros([tf.rank(x) - 1], tf.int64)], 0)
     return tf.slice(grad, begin, tf.shape(x, out_type=tf.int64))
+
+
+@tf.RegisterGradient("TfringReducescatter")
+def _reducescatter_grad(op, *grads):
+    reduce_op = op.get_attr("reduce_op")
+    reduce_op = reduce_op.decode() if isinstance(reduce_op, bytes) else reduce_op
+    if reduce_op not in ("sum", "mean") or not grads[0].dtype.is_floating:
+        return [None] * len(grads)
+    grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
+    # Every rank's share of the gradient, gathered: d(sum)/d(input) is the whole gathered gradient.
+    gathered = [allgather(g) for g in grads]
+    if reduce_op == "mean":
+        gathered = [g / tf.cast(_runtime.size(), g.dtype) for g in gathered]
+    return gathered
+
+
+@tf.RegisterGradient("TfringAlltoall")
+def _alltoall_grad(op, grad, _):
+    if not grad.dtype.is_floating:
+        return [None, None]
+    # The rows go back where they came from: the received splits are the way back.
+    back, _ = alltoall(grad, splits=op.outputs[1])
+    return [back, None]

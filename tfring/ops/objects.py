@@ -1,9 +1,14 @@
 """Small Python values across ranks: `broadcast_object` and `allgather_object`.
 
-Eager only (they return Python values), like Horovod's. Values travel as JSON (never pickle:
-nothing received is executed), so they are what JSON holds: dicts with string keys, lists,
-strings, numbers, booleans and None (tuples come back as lists). A dict with a key of another type
-is refused, not silently turned into strings.
+They return Python values: they run eagerly, or in a TF1 graph through its session (as Horovod's
+do), not inside a `tf.function`. Values travel in one of two forms, the same on every rank:
+- "json" (the default): what JSON holds, dicts with string keys, lists, strings, numbers,
+  booleans and None (tuples come back as lists). A dict with a key of another type is refused,
+  not silently turned into strings. Nothing received is executed.
+- "pickle": any picklable value (Horovod's habit). Unpickling runs code, so each rank signs what
+  it pickles with the job secret (HMAC-SHA256, computed in the core, which holds the secret) and
+  every receiver checks the signature before it unpickles: only values pickled by the job's own
+  ranks are ever unpickled; anything else fails naming the rank it came from.
 
 Every call is two allgathers whatever happens, so the ranks stay in step:
 - first, each rank's header: the size of what it sends, and the call's `root_rank` and `max_bytes`.
@@ -15,16 +20,21 @@ Every call is two allgathers whatever happens, so the ranks stay in step:
   frame is outside the value, so no dict a user sends can pass for an error.
 """
 
+import hmac
 import json
+import pickle
 
 import numpy as np
 import tensorflow as tf
 
 from tfring import checks
+from tfring import runtime
 from tfring.ops import collectives
 
 DEFAULT_MAX_BYTES = 16 << 20
+SERIALIZERS = ("json", "pickle")
 _VALUE, _ERROR = b"V", b"E"
+_SIGNATURE_BYTES = 32
 
 
 def _string_keys_only(obj):
@@ -42,24 +52,41 @@ def _string_keys_only(obj):
             stack.extend(item)
 
 
-def _encode(obj, what, max_bytes):
+def _serialize(obj, serializer):
+    if serializer == "json":
+        _string_keys_only(obj)
+        return json.dumps(obj, allow_nan=True, separators=(",", ":")).encode()
+    data = pickle.dumps(obj)
+    return runtime.sign_object(data) + data
+
+
+def _deserialize(data, serializer, rank):
+    if serializer == "json":
+        return json.loads(data.decode())
+    signature, data = data[:_SIGNATURE_BYTES], data[_SIGNATURE_BYTES:]
+    if not hmac.compare_digest(signature, runtime.sign_object(data)):
+        raise ValueError(f"the pickled value from rank {rank} does not carry this job's signature: it was not "
+                         f"unpickled (was it sent by a process outside the job?)")
+    return pickle.loads(data)  # signed by a rank of this job: see the module docstring
+
+
+def _encode(obj, what, max_bytes, serializer):
     """`obj` framed as a value, or the error met encoding it framed as an error."""
     try:
-        _string_keys_only(obj)
-        data = json.dumps(obj, allow_nan=True, separators=(",", ":")).encode()
+        data = _serialize(obj, serializer)
     except Exception as e:  # every failure still takes part in the collective: RecursionError too
-        return _ERROR + f"{what}: the value is not JSON-serialisable ({type(e).__name__}: {e})".encode()
+        return _ERROR + f"{what}: the value cannot be sent as {serializer} ({type(e).__name__}: {e})".encode()
     if len(data) > max_bytes:
-        return _ERROR + (f"{what}: the value takes {len(data)} bytes as JSON, over the limit of {max_bytes} "
-                         f"(max_bytes)").encode()
+        return _ERROR + (f"{what}: the value takes {len(data)} bytes as {serializer}, over the limit of "
+                         f"{max_bytes} (max_bytes)").encode()
     return _VALUE + data
 
 
-def _decode(data, rank):
+def _decode(data, rank, serializer):
     data = bytes(data)
     if data[:1] == _ERROR:
         raise ValueError(f"{data[1:].decode(errors='replace')} (on rank {rank})")
-    return json.loads(data[1:].decode())
+    return _deserialize(data[1:], serializer, rank)
 
 
 def _agree(what, headers, field, name):
@@ -71,68 +98,88 @@ def _agree(what, headers, field, name):
                          f"{name}={int(values[other])}: every rank must pass the same {name}")
 
 
-def _gather_frames(what, frame, root_rank, max_bytes):
+def _evaluate(tensor, session):
+    """`tensor`'s value: eagerly at once, in a TF1 graph through `session` (or the default one)."""
+    if tf.executing_eagerly():
+        return tensor.numpy()
+    session = session or tf.compat.v1.get_default_session()
+    if session is None or tf.compat.v1.get_default_graph().building_function:
+        raise RuntimeError("tfring's object collectives (broadcast_object, allgather_object) return Python values: "
+                           "call them eagerly, or in a TF1 graph with a session (session= or a default one), not "
+                           "inside a tf.function (in a graph, broadcast tensors with tfring.ops.broadcast)")
+    return session.run(tensor)
+
+
+def _gather_frames(what, frame, root_rank, max_bytes, serializer, session):
     """Every rank's frame, as a list in rank order, after checking the ranks agree on the call."""
-    if not tf.executing_eagerly():
-        raise RuntimeError("tfring's object collectives (broadcast_object, allgather_object) run eagerly only: "
-                           "they return Python values. Call them outside tf.function and TF1 graph mode "
-                           "(in a graph, broadcast tensors with tfring.ops.broadcast)")
-    headers = collectives.allgather(tf.constant([[len(frame), root_rank, max_bytes]], tf.int64)).numpy()
+    header = [[len(frame), root_rank, max_bytes, SERIALIZERS.index(serializer)]]
+    headers = _evaluate(collectives.allgather(tf.constant(header, tf.int64)), session)
     _agree(what, headers, 1, "root_rank")
     _agree(what, headers, 2, "max_bytes")
-    gathered = collectives.allgather(tf.constant(np.frombuffer(frame, dtype=np.uint8))).numpy().tobytes()
+    _agree(what, headers, 3, "serializer (0: json, 1: pickle)")
+    gathered = _evaluate(collectives.allgather(tf.constant(np.frombuffer(frame, dtype=np.uint8))), session).tobytes()
     offsets = np.concatenate([[0], np.cumsum(headers[:, 0])])
     return [gathered[offsets[r]:offsets[r + 1]] for r in range(len(headers))]
 
 
-def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES):
-    """Returns `root_rank`'s `obj` on every rank (a JSON value: see the module docstring).
+def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES, serializer="json", session=None):
+    """Returns `root_rank`'s `obj` on every rank (a JSON or signed pickled value: see the module docstring).
 
     Every rank must call it; the other ranks' `obj` is ignored.
 
     Args:
         obj: the value (on the root).
         root_rank: the rank whose value everyone receives.
-        max_bytes: the largest JSON encoding accepted.
+        max_bytes: the largest encoding accepted.
+        serializer: "json" (default) or "pickle" (any picklable value, signed with the job secret).
+        session: in a TF1 graph, the session that runs the collectives (default: the default session).
 
     Returns:
-        The root's value, decoded from JSON.
+        The root's value.
 
     Raises:
-        ValueError: on every rank, when the root's value is not JSON-serialisable or too large, or
-            when the ranks passed different `root_rank`s or `max_bytes`.
+        ValueError: on every rank, when the root's value cannot be encoded or is too large, when a
+            pickled value does not carry the job's signature, or when the ranks passed different
+            `root_rank`s, `max_bytes` or `serializer`s.
+        RuntimeError: inside a `tf.function`, or in a TF1 graph without a session.
 
     Example:
 
     >>> config = tfring.broadcast_object({"lr": 0.1, "run": run_name})
     """
-    from tfring import runtime
-
     root_rank = checks.number("broadcast_object", "root_rank", root_rank, integer=True, at_least=0,
                               below=runtime.size())
     max_bytes = checks.number("broadcast_object", "max_bytes", max_bytes, integer=True, at_least=0)
-    frame = _encode(obj, "broadcast_object", max_bytes) if runtime.rank() == root_rank else _VALUE
-    return _decode(_gather_frames("broadcast_object", frame, root_rank, max_bytes)[root_rank], root_rank)
+    checks.choice("broadcast_object", "serializer", serializer, SERIALIZERS)
+    frame = _encode(obj, "broadcast_object", max_bytes, serializer) if runtime.rank() == root_rank else _VALUE
+    frames = _gather_frames("broadcast_object", frame, root_rank, max_bytes, serializer, session)
+    return _decode(frames[root_rank], root_rank, serializer)
 
 
-def allgather_object(obj, max_bytes=DEFAULT_MAX_BYTES):
-    """Returns a list of every rank's `obj`, in rank order (JSON values: see the module docstring).
+def allgather_object(obj, max_bytes=DEFAULT_MAX_BYTES, serializer="json", session=None):
+    """Returns a list of every rank's `obj`, in rank order (JSON or signed pickled values: see the module docstring).
 
     Args:
         obj: this rank's value.
-        max_bytes: the largest JSON encoding accepted per rank.
+        max_bytes: the largest encoding accepted per rank.
+        serializer: "json" (default) or "pickle" (any picklable value, signed with the job secret).
+        session: in a TF1 graph, the session that runs the collectives (default: the default session).
 
     Returns:
         A list of `size()` values.
 
     Raises:
-        ValueError: on every rank, when some rank's value is not JSON-serialisable or too large (the
-            message names the rank), or when the ranks passed different `max_bytes`.
+        ValueError: on every rank, when some rank's value cannot be encoded, is too large or (pickle)
+            does not carry the job's signature (the message names the rank), or when the ranks
+            passed different `max_bytes` or `serializer`s.
+        RuntimeError: inside a `tf.function`, or in a TF1 graph without a session.
 
     Example:
 
     >>> counts = tfring.allgather_object(len(my_files))
     """
     max_bytes = checks.number("allgather_object", "max_bytes", max_bytes, integer=True, at_least=0)
-    frames = _gather_frames("allgather_object", _encode(obj, "allgather_object", max_bytes), -1, max_bytes)
-    return [_decode(frame, r) for r, frame in enumerate(frames)]  # the first rank's error raises
+    checks.choice("allgather_object", "serializer", serializer, SERIALIZERS)
+    frame = _encode(obj, "allgather_object", max_bytes, serializer)
+    frames = _gather_frames("allgather_object", frame, -1, max_bytes, serializer, session)
+    return [_decode(f, r, serializer) for r, f in enumerate(frames)]  # the first rank's error raises

@@ -41,8 +41,10 @@ from tfring.horovod.collectives import allreduce
 from tfring.horovod.collectives import alltoall
 from tfring.horovod.collectives import barrier
 from tfring.horovod.collectives import broadcast
+from tfring.horovod.collectives import broadcast_
 from tfring.horovod.collectives import broadcast_global_variables
 from tfring.horovod.collectives import broadcast_object
+from tfring.horovod.collectives import broadcast_object_fn
 from tfring.horovod.collectives import broadcast_variables
 from tfring.horovod.collectives import grouped_allgather
 from tfring.horovod.collectives import grouped_allreduce
@@ -69,7 +71,8 @@ __all__ = [
     "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "init", "is_homogeneous", "is_initialized",
     "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank",
     "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline", "allgather", "allgather_object",
-    "allreduce", "alltoall", "barrier", "broadcast", "broadcast_global_variables", "broadcast_object",
+    "allreduce", "alltoall", "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object",
+    "broadcast_object_fn",
     "broadcast_variables", "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "join",
     "local_rank_op", "local_size_op", "rank_op", "reducescatter", "size_op", "Compression",
     "DistributedGradientTape", "PartialDistributedGradientTape", "DistributedOptimizer", "ProcessSet",

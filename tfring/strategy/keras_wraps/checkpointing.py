@@ -57,7 +57,7 @@ def explain_save_mismatch(error):
 
     >>> try:
     ...     model.fit(ds)
-    ... except tf.errors.InvalidArgumentError as e:
+    ... except tf.errors.FailedPreconditionError as e:
     ...     raise explain_save_mismatch(e) or e
     """
     text = str(error)

@@ -1,12 +1,13 @@
 // A plain C interface to the runtime for Python's ctypes: init / shutdown / topology, the
-// detected host identity, and synchronous collectives on raw buffers (used by tests and
-// benchmarks that need no TensorFlow).
+// detected host identity, synchronous collectives on raw buffers (used by tests and benchmarks
+// that need no TensorFlow), and the signature of Python objects sent between ranks.
 // Calls that can fail return a tfring::Code value (0 = OK; error_code.h) and write the message
 // into `err`; tfring_error_name() turns a code into its name.
 #include <cstring>
 #include <future>
 #include <string>
 
+#include "rendezvous/hmac.h"
 #include "runtime.h"
 #include "transport/host_identity.h"
 
@@ -116,6 +117,20 @@ int tfring_traffic(int64_t* calls, int64_t* bytes, int64_t* waitedNs, int n) {
     bytes[k] = rt->engine().traffic().bytes(kind);
     waitedNs[k] = rt->engine().traffic().waitedNs(kind);
   }
+  return 0;
+}
+
+// HMAC-SHA256, with the job secret, of "tfring object v1\n" followed by the n bytes at data (the
+// prefix keeps these signatures apart from the rendezvous' own): the Python object collectives
+// sign what they pickle and check it before they unpickle. Writes 32 bytes to out; returns 0,
+// or FAILED_PRECONDITION before init.
+int tfring_sign_object(const void* data, size_t n, unsigned char* out) {
+  auto rt = Runtime::current();
+  if (!rt) return static_cast<int>(Code::kFailedPrecondition);
+  std::string message = "tfring object v1\n";
+  message.append(static_cast<const char*>(data), n);
+  const tfring::Digest d = tfring::hmacSha256(rt->config().secret, message.data(), message.size());
+  std::memcpy(out, d.data(), d.size());
   return 0;
 }
 

@@ -61,4 +61,7 @@ class Deadline {
   Clock::time_point t_;
 };
 
+// The position `x` steps around a ring of `size` (x may be negative): the ring algorithms' index.
+inline int ringIndex(int x, int size) { return ((x % size) + size) % size; }
+
 }  // namespace tfring

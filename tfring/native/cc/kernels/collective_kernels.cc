@@ -230,6 +230,107 @@ class AllgatherOp : public AsyncOpKernel {
   }
 };
 
+// A list in, each rank's share of its rows out (reducescatterRows), one fused collective.
+class ReducescatterOp : public AsyncOpKernel {
+ public:
+  explicit ReducescatterOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    std::string op;
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
+    op_ = parseReduceOp(op);
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = runtimeOrFail(ctx);
+    if (!rt) return done();
+    Request req;
+    req.kind = OpKind::kReducescatter;
+    req.name = name();
+    req.op = op_;
+    OP_REQUIRES_ASYNC(ctx, coreType(ctx->input_dtype(0), &req.type),
+                      tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
+    const int size = rt->config().size, rank = rt->config().rank;
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      const Tensor& in = ctx->input(i);
+      OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
+                        tensorflow::errors::InvalidArgument(
+                            "tfring.reducescatter needs tensors of rank >= 1 (it splits the first "
+                            "dimension over the ranks), got a scalar at position ", i),
+                        done);
+      TensorShape shape = in.shape();
+      shape.set_dim(0, reducescatterRows(in.dim_size(0), size, rank));
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, shape, &out), done);
+      req.tensors.push_back({in.tensor_data().data(), const_cast<char*>(out->tensor_data().data()),
+                             static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
+    }
+    req.done = finisher(ctx, done);
+    rt->engine().enqueue(std::move(req));
+  }
+
+ private:
+  ReduceOp op_ = ReduceOp::kSum;
+};
+
+class AlltoallOp : public AsyncOpKernel {
+ public:
+  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = runtimeOrFail(ctx);
+    if (!rt) return done();
+    const Tensor& in = ctx->input(0);
+    const Tensor& splits = ctx->input(1);
+    const int size = rt->config().size;
+    OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
+                      tensorflow::errors::InvalidArgument(
+                          "tfring.alltoall needs a tensor of rank >= 1 (it sends rows), got a scalar"),
+                      done);
+    OP_REQUIRES_ASYNC(ctx, splits.dims() == 1 && splits.NumElements() == size,
+                      tensorflow::errors::InvalidArgument("tfring.alltoall: splits must be a vector of one row "
+                                                          "count per rank (", size, "), got shape ",
+                                                          splits.shape().DebugString()),
+                      done);
+    Request req;
+    req.kind = OpKind::kAlltoall;
+    req.name = name();
+    OP_REQUIRES_ASYNC(ctx, coreType(in.dtype(), &req.type),
+                      tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
+    int64_t rows = 0;
+    for (int d = 0; d < size; ++d) {
+      const int64_t s = splits.vec<int64_t>()(d);
+      OP_REQUIRES_ASYNC(ctx, s >= 0,
+                        tensorflow::errors::InvalidArgument("tfring.alltoall: splits must not be negative, got ",
+                                                            s, " for rank ", d),
+                        done);
+      req.splits.push_back(s);
+      rows += s;
+    }
+    OP_REQUIRES_ASYNC(ctx, rows == in.dim_size(0),
+                      tensorflow::errors::InvalidArgument("tfring.alltoall: the splits add up to ", rows,
+                                                          " rows but the tensor has ", in.dim_size(0)),
+                      done);
+    req.tensors.push_back({in.tensor_data().data(), nullptr, static_cast<size_t>(in.TotalBytes()),
+                           dims(in.shape())});
+    TensorShape shape = in.shape();
+    req.allocate = [ctx, shape](const std::vector<int64_t>& fromEach, std::string* error) mutable -> void* {
+      int64_t total = 0;
+      for (int64_t d : fromEach) total += d;
+      shape.set_dim(0, total);
+      Tensor *out = nullptr, *received = nullptr;
+      absl::Status s = ctx->allocate_output(0, shape, &out);
+      if (s.ok()) s = ctx->allocate_output(1, TensorShape({static_cast<int64_t>(fromEach.size())}), &received);
+      if (!s.ok()) {
+        *error = std::string(s.message());
+        return nullptr;
+      }
+      for (size_t k = 0; k < fromEach.size(); ++k) received->vec<int64_t>()(k) = fromEach[k];
+      return const_cast<char*>(out->tensor_data().data());
+    };
+    req.done = finisher(ctx, done);
+    rt->engine().enqueue(std::move(req));
+  }
+};
+
 class BarrierOp : public AsyncOpKernel {
  public:
   explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("label", &label_)); }
@@ -252,6 +353,8 @@ REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(tensorflow::DEVICE_CPU), 
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduceStart").Device(tensorflow::DEVICE_CPU), AllreduceStartOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduceDone").Device(tensorflow::DEVICE_CPU), AllreduceDoneOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(tensorflow::DEVICE_CPU), AllgatherOp);
+REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(tensorflow::DEVICE_CPU), ReducescatterOp);
+REGISTER_KERNEL_BUILDER(Name("TfringAlltoall").Device(tensorflow::DEVICE_CPU), AlltoallOp);
 REGISTER_KERNEL_BUILDER(Name("TfringBarrier").Device(tensorflow::DEVICE_CPU), BarrierOp);
 
 }  // namespace

@@ -100,6 +100,60 @@ Concatenates the tensor of every rank along the first dimension, in rank order. 
 dimension may differ between ranks; the others must match.
 )doc");
 
+REGISTER_OP("TfringReducescatter")
+    .SetIsDistributedCommunication()
+    .Input("tensors: N * T")
+    .Output("scattered: N * T")
+    .Attr("T: {half, bfloat16, float, double, int32, int64}")
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) {
+        ShapeHandle in = c->input(i), out;
+        if (!c->RankKnown(in)) {
+          c->set_output(i, c->UnknownShape());
+          continue;
+        }
+        TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
+        TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+        c->set_output(i, out);
+      }
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Reduces every tensor of the list across all ranks and gives each rank its share of the rows: of
+a first dimension of R rows over P ranks, rank r gets R / P rows, one more when r < R % P, in
+rank order (Horovod's split). The whole shapes must match on every rank.
+)doc");
+
+REGISTER_OP("TfringAlltoall")
+    .SetIsDistributedCommunication()
+    .Input("tensor: T")
+    .Input("splits: int64")
+    .Output("received: T")
+    .Output("received_splits: int64")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle in = c->input(0);
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      if (!c->RankKnown(in)) {
+        c->set_output(0, c->UnknownShape());
+        return absl::OkStatus();
+      }
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Sends splits[d] rows of `tensor` (in order: the first splits[0] rows to rank 0, ...) to each
+rank d, and returns the rows every rank sent this one, in rank order, with how many came from
+each rank. The dimensions after the first must match on every rank.
+)doc");
+
 REGISTER_OP("TfringBarrier")
     .Attr("label: string = ''")
     .SetIsDistributedCommunication()

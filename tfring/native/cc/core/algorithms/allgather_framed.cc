@@ -50,10 +50,9 @@ std::vector<FramedBlock> ringAllgatherFramed(Transport* t, int size, const std::
   std::vector<Frame> frames(size);
   for (auto& f : frames) f.header.resize(sizeof(uint64_t) + tag.size());
   frames[rank] = {header(totalBytes(payload), tag), payload};
-  auto mod = [&](int x) { return ((x % size) + size) % size; };
   for (int step = 0; step < size - 1; ++step) {
-    const int sendBlock = mod(rank - step);
-    const int recvBlock = mod(rank - step - 1);
+    const int sendBlock = ringIndex(rank - step, size);
+    const int recvBlock = ringIndex(rank - step - 1, size);
     IoList send = {{frames[sendBlock].header.data(), frames[sendBlock].header.size()}};
     send.insert(send.end(), frames[sendBlock].payload.begin(), frames[sendBlock].payload.end());
     t->sendRecv(send, receiveInto(&frames[recvBlock], &blocks[recvBlock], maxPayload, t->left()), deadline);

@@ -10,11 +10,10 @@ void ringAllgather(Transport* t, int size, const IoList& out, const std::vector<
   if (size == 1) return;
   std::vector<size_t> start(size + 1, 0);
   for (int r = 0; r < size; ++r) start[r + 1] = start[r] + blockBytes[r];
-  auto mod = [&](int x) { return ((x % size) + size) % size; };
   const int rank = t->rank();
   for (int step = 0; step < size - 1; ++step) {
-    const int sendBlock = mod(rank - step);
-    const int recvBlock = mod(rank - step - 1);
+    const int sendBlock = ringIndex(rank - step, size);
+    const int recvBlock = ringIndex(rank - step - 1, size);
     RecvTarget target;
     target.into = sliceIo(out, start[recvBlock], blockBytes[recvBlock]);
     target.bytes = blockBytes[recvBlock];

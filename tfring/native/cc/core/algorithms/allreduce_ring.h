@@ -17,6 +17,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "common.h"
 #include "data_type.h"
@@ -53,6 +54,14 @@ void ringAllreduce(Transport* transport, int size, const IoList& in, const IoLis
 // adds more to it, as the hierarchical allreduce does).
 void ringReduceScatter(Transport* transport, int size, const IoList& in, const IoList& out, DataType type,
                        ReduceOp op, Deadline deadline, int meanOver = 1);
+
+// Reduce-scatter with the cut given: `blockBytes[r]` bytes (whole elements) of the data end on
+// rank r, reduced over every rank's `in`, at their place in `out` (the rest of `out` holds
+// partial results). MEAN divides by `meanOver` as ringReduceScatter does. The reduce-scatter
+// collective (engine: blocks of rows, Horovod's split of the first dimension).
+void ringReduceScatterToRanks(Transport* transport, int size, const IoList& in, const IoList& out,
+                              const std::vector<size_t>& blockBytes, DataType type, ReduceOp op, Deadline deadline,
+                              int meanOver);
 
 // The second phase: every rank's owned segment of `out` reaches every rank.
 void ringAllgatherSegments(Transport* transport, int size, const IoList& out, DataType type, Deadline deadline);

@@ -9,6 +9,7 @@
 #include "algorithms/allreduce_gathered.h"
 #include "algorithms/allreduce_hierarchical.h"
 #include "algorithms/allreduce_ring.h"
+#include "algorithms/alltoall_ring.h"
 #include "algorithms/broadcast_ring.h"
 #include "engine/fusion_plan.h"
 #include "engine/request_digest.h"
@@ -123,6 +124,11 @@ void Engine::run(Request& r, Deadline d) {
     case OpKind::kBarrier:
       agree(r, d);  // the check is a ring allgather: no rank leaves it before every rank entered
       return;
+    case OpKind::kReducescatter:
+      agree(r, d);
+      return reducescatter(r, d);
+    case OpKind::kAlltoall:
+      return alltoall(r, d);  // its check carries every rank's splits
   }
 }
 
@@ -221,41 +227,127 @@ void Engine::staged(Request& r, Deadline d) {
   });
 }
 
-void Engine::allgather(Request& r, Deadline d) {
-  const TensorRef& t = r.tensors.at(0);
-  int64_t first = t.shape.empty() ? 1 : t.shape[0];
-  auto gathered = agree(r, d, {{&first, sizeof(first)}});
-  std::vector<int64_t> dims(config_.size, first);
+std::vector<std::vector<int64_t>> Engine::agreeCounts(const Request& r, Deadline d, const std::vector<int64_t>& mine) {
+  const size_t bytes = mine.size() * sizeof(int64_t);
+  auto gathered = agree(r, d, {{const_cast<int64_t*>(mine.data()), bytes}});
+  std::vector<std::vector<int64_t>> all(config_.size, mine);
   for (int k = 0; k < config_.size; ++k) {
     if (k == config_.rank) continue;
-    if (gathered[k].payload.size() != sizeof(int64_t)) {
-      throw PeerError(k, "rank " + std::to_string(k) + " sent no first dimension for an allgather");
+    if (gathered[k].payload.size() != bytes) {
+      throw PeerError(k, "rank " + std::to_string(k) + " sent " + std::to_string(gathered[k].payload.size()) +
+                             " bytes of row counts for a " + kindName(r.kind) + " (expected " + std::to_string(bytes) + ")");
     }
-    std::memcpy(&dims[k], gathered[k].payload.data(), sizeof(int64_t));
+    std::memcpy(all[k].data(), gathered[k].payload.data(), bytes);
+    for (int64_t v : all[k]) {
+      if (v < 0) throw PeerError(k, "rank " + std::to_string(k) + " sent a negative row count for a " + kindName(r.kind));
+    }
   }
-  // Rows have the same size on every rank (validated above), computed from the trailing
-  // dimensions so that a rank with zero rows agrees too.
-  size_t rowBytes = dataTypeSize(r.type);
-  for (size_t q = 1; q < t.shape.size(); ++q) rowBytes *= static_cast<size_t>(t.shape[q]);
+  return all;
+}
+
+void* Engine::allocateOutput(Request& r, const std::vector<int64_t>& rows, size_t bytes, std::vector<uint8_t>* scratch,
+                             std::string* failed) {
+  std::string error;
+  void* out = r.allocate(rows, &error);
+  if (error.empty() && (out != nullptr || bytes == 0)) return out;
+  *failed = error.empty() ? "no memory" : error;
+  scratch->resize(bytes);
+  return scratch->data();
+}
+
+namespace {
+// The bytes of one row (all dimensions but the first) of `t`, from the shape so that a tensor of
+// zero rows has its row size too.
+size_t rowBytes(const TensorRef& t, DataType type) {
+  size_t bytes = dataTypeSize(type);
+  for (size_t q = 1; q < t.shape.size(); ++q) bytes *= static_cast<size_t>(t.shape[q]);
+  return bytes;
+}
+}  // namespace
+
+void Engine::allgather(Request& r, Deadline d) {
+  const TensorRef& t = r.tensors.at(0);
+  const int64_t first = t.shape.empty() ? 1 : t.shape[0];
+  std::vector<int64_t> dims;
+  for (const auto& row : agreeCounts(r, d, {first})) dims.push_back(row[0]);
+  // Rows have the same size on every rank (validated in the check).
+  const size_t row = rowBytes(t, r.type);
   std::vector<size_t> blocks(config_.size);
   size_t total = 0, mineAt = 0;
   for (int k = 0; k < config_.size; ++k) {
-    blocks[k] = static_cast<size_t>(dims[k]) * rowBytes;
+    blocks[k] = static_cast<size_t>(dims[k]) * row;
     if (k < config_.rank) mineAt += blocks[k];
     total += blocks[k];
   }
-  std::string error;
-  void* out = r.allocate(dims, &error);
   std::vector<uint8_t> scratch;
-  const bool allocFailed = !error.empty() || (out == nullptr && total > 0);
-  if (allocFailed) {
-    // Still take part in the exchange, so the other ranks are not left waiting.
-    scratch.resize(total);
-    out = scratch.data();
-  }
+  std::string failed;
+  void* out = allocateOutput(r, dims, total, &scratch, &failed);
   if (t.bytes) std::memcpy(static_cast<uint8_t*>(out) + mineAt, t.in, t.bytes);
   ringAllgather(world(), config_.size, {{out, total}}, blocks, d);
-  if (allocFailed) throw Error(Code::kInternal, "allgather could not allocate its output: " + error);
+  if (!failed.empty()) throw Error(Code::kInternal, "allgather could not allocate its output: " + failed);
+}
+
+void Engine::reducescatter(Request& r, Deadline d) {
+  // Packed by destination: block k holds every tensor's rows for rank k, in list order.
+  const int size = config_.size;
+  size_t total = 0;
+  for (const auto& t : r.tensors) total += t.bytes;
+  if (fusion_.size() < total) fusion_.resize(total);
+  std::vector<size_t> blocks(size, 0);
+  size_t at = 0, mineAt = 0;
+  for (int k = 0; k < size; ++k) {
+    if (k == config_.rank) mineAt = at;
+    for (const auto& t : r.tensors) {
+      const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+      const size_t row = rowBytes(t, r.type);
+      const size_t bytes = static_cast<size_t>(reducescatterRows(rows, size, k)) * row;
+      const size_t from = static_cast<size_t>(reducescatterFirstRow(rows, size, k)) * row;
+      if (bytes) std::memcpy(fusion_.data() + at, static_cast<const uint8_t*>(t.in) + from, bytes);
+      at += bytes;
+      blocks[k] += bytes;
+    }
+  }
+  IoList all = {{fusion_.data(), total}};
+  ringReduceScatterToRanks(world(), size, all, all, blocks, r.type, r.op, d, size);
+  for (const auto& t : r.tensors) {
+    const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+    const size_t bytes = static_cast<size_t>(reducescatterRows(rows, size, config_.rank)) * rowBytes(t, r.type);
+    if (bytes) std::memcpy(t.out, fusion_.data() + mineAt, bytes);
+    mineAt += bytes;
+  }
+}
+
+void Engine::alltoall(Request& r, Deadline d) {
+  const TensorRef& t = r.tensors.at(0);
+  const int size = config_.size;
+  if (r.splits.size() != static_cast<size_t>(size)) {
+    throw Error(Code::kInvalidArgument, "alltoall: " + std::to_string(r.splits.size()) + " splits for " +
+                                            std::to_string(size) + " ranks");
+  }
+  const size_t row = rowBytes(t, r.type);
+  bool valid = !t.shape.empty();
+  int64_t sent = 0;
+  for (int64_t v : r.splits) {
+    valid = valid && v >= 0;
+    sent += v;
+  }
+  if (!valid || sent != t.shape[0]) {
+    throw Error(Code::kInvalidArgument, "alltoall: the splits do not add up to the tensor's first dimension");
+  }
+  const auto rows = agreeCounts(r, d, r.splits);  // rows[o][k]: what rank o sends rank k
+  std::vector<std::vector<size_t>> bytes(size, std::vector<size_t>(size));
+  std::vector<int64_t> received(size);
+  size_t total = 0;
+  for (int o = 0; o < size; ++o) {
+    for (int k = 0; k < size; ++k) bytes[o][k] = static_cast<size_t>(rows[o][k]) * row;
+    received[o] = rows[o][config_.rank];
+    total += bytes[o][config_.rank];
+  }
+  std::vector<uint8_t> scratch;
+  std::string failed;
+  void* out = allocateOutput(r, received, total, &scratch, &failed);
+  ringAlltoall(world(), size, {{const_cast<void*>(t.in), t.bytes}}, {{out, total}}, bytes, d);
+  if (!failed.empty()) throw Error(Code::kInternal, "alltoall could not allocate its output: " + failed);
 }
 
 Status Engine::fail(const std::string& what, int peer) {

@@ -3,7 +3,7 @@
 // rank enqueues the same collectives in the same order and no per-step negotiation is needed.
 //
 // Before moving data, each collective exchanges a digest of what every rank passed
-// (request_digest.h): ranks that disagree all fail that one collective with kInvalidArgument
+// (request_digest.h): ranks that disagree all fail that one collective with kFailedPrecondition
 // naming the tensor and the shapes, and stay usable. The same exchange carries a small
 // allreduce's data (allreduce_gathered.h), an allgather's first dimensions, and is the barrier.
 // A grouped allreduce is cut into fused passes
@@ -66,6 +66,14 @@ class Engine {
   void broadcast(Request& r, Deadline d);
   void staged(Request& r, Deadline d);
   void allgather(Request& r, Deadline d);
+  void reducescatter(Request& r, Deadline d);
+  void alltoall(Request& r, Deadline d);
+  // Every rank's int64 `mine` (an allgather's first dimension, an alltoall's splits), in rank order.
+  std::vector<std::vector<int64_t>> agreeCounts(const Request& r, Deadline d, const std::vector<int64_t>& mine);
+  // Calls r.allocate with `rows`; on failure returns a pointer into `scratch` instead and sets
+  // *failed, so that this rank still takes part in the exchange.
+  void* allocateOutput(Request& r, const std::vector<int64_t>& rows, size_t bytes, std::vector<uint8_t>* scratch,
+                       std::string* failed);
   // Records a fatal failure, aborts the transport and fails everything queued.
   Status fail(const std::string& what, int peer);
 

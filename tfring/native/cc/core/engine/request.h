@@ -13,7 +13,8 @@
 
 namespace tfring {
 
-enum class OpKind { kAllreduce, kBroadcast, kAllgather, kBarrier };
+// New kinds go last: tfring.traffic() reads the counts in this order.
+enum class OpKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kReducescatter, kAlltoall };
 
 // "allreduce", "broadcast", ...: how errors name the collective.
 inline const char* kindName(OpKind k) {
@@ -22,6 +23,8 @@ inline const char* kindName(OpKind k) {
     case OpKind::kBroadcast: return "broadcast";
     case OpKind::kAllgather: return "allgather";
     case OpKind::kBarrier: return "barrier";
+    case OpKind::kReducescatter: return "reducescatter";
+    case OpKind::kAlltoall: return "alltoall";
   }
   return "collective";
 }
@@ -35,6 +38,16 @@ struct TensorRef {
 
 // The host part of a collective whose tensors live elsewhere (GPU memory): runs the request's
 // collective in place on `bytes` bytes at `data`, a host buffer. Throws as the ring does.
+// How reducescatter splits a first dimension of `rows` over `size` ranks (Horovod's rule): rank r
+// gets rows / size, and one more when r < rows % size.
+inline int64_t reducescatterRows(int64_t rows, int size, int rank) {
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+// The rows before rank r's (its first row's index).
+inline int64_t reducescatterFirstRow(int64_t rows, int size, int rank) {
+  return rows / size * rank + (rank < rows % size ? rank : rows % size);
+}
+
 using HostCollective = std::function<void(void* data, size_t bytes)>;
 
 struct Request {
@@ -43,9 +56,14 @@ struct Request {
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
+  // Reducescatter: `in` is the whole tensor, `out` this rank's rows of it (rows split as
+  // reducescatterRows says). Alltoall: one tensor, `in` its rows in destination order.
   std::vector<TensorRef> tensors;
-  // Allgather only: called on the engine thread once every rank's first dimension is known;
-  // returns where the gathered tensor goes (null and *error set on failure).
+  // Alltoall only: the rows of tensors[0] for each rank, in rank order (they sum to its first dimension).
+  std::vector<int64_t> splits;
+  // Allgather and alltoall: called on the engine thread once every rank's first dimension (the
+  // rows each rank sends this one) is known; returns where the output goes (null and *error set
+  // on failure).
   std::function<void*(const std::vector<int64_t>& firstDims, std::string* error)> allocate;
   std::function<void(const Status&)> done;
   // Allreduce and broadcast of tensors the engine must not touch (device memory): `tensors` only

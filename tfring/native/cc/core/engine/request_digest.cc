@@ -25,7 +25,7 @@ std::string shapeText(const std::vector<int64_t>& shape, size_t from) {
 std::string headLine(const Request& r) {
   std::ostringstream head;
   head << kindName(r.kind) << " dtype=" << dataTypeName(r.type);
-  if (r.kind == OpKind::kAllreduce) head << " op=" << reduceOpName(r.op);
+  if (r.kind == OpKind::kAllreduce || r.kind == OpKind::kReducescatter) head << " op=" << reduceOpName(r.op);
   if (r.kind == OpKind::kBroadcast) head << " root=" << r.root;
   head << " tensors=" << r.tensors.size();
   if (r.staged) head << " of device tensors";  // staged tensors never take the gathered path
@@ -38,8 +38,10 @@ std::string passesLine(size_t fusionThresholdBytes) {
          " pack_below=" + std::to_string(kPackBelow) + " gathered_budget=" + std::to_string(kGatheredAllreduceBudget);
 }
 
-// The dimensions that must match: all of them, or an allgather's all but the first.
-size_t firstCheckedDim(const Request& r) { return r.kind == OpKind::kAllgather ? 1 : 0; }
+// The dimensions that must match: all of them, or an allgather's or alltoall's all but the first.
+size_t firstCheckedDim(const Request& r) {
+  return r.kind == OpKind::kAllgather || r.kind == OpKind::kAlltoall ? 1 : 0;
+}
 
 // One line for the call, one per tensor: what must agree across ranks.
 std::vector<std::string> describeLines(const Request& r) {
@@ -181,7 +183,7 @@ std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const R
   if (same) return blocks;
   const std::string mine = describeRequest(r, fusionThresholdBytes);
   auto all = allgatherStrings(transport, size, mine + "name: " + r.name + "\n", deadline);
-  throw Error(Code::kInvalidArgument, mismatchMessage(r, all));
+  throw Error(Code::kFailedPrecondition, mismatchMessage(r, all));
 }
 
 }  // namespace tfring

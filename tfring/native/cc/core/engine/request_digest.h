@@ -26,7 +26,7 @@ std::string describeRequest(const Request& r, size_t fusionThresholdBytes);
 // "name: <op name>" (not digested: names only make the message clearer).
 std::string mismatchMessage(const Request& r, const std::vector<std::string>& all);
 
-// Throws Error(kInvalidArgument) naming the first difference when the ranks passed different
+// Throws Error(kFailedPrecondition) naming the first difference when the ranks passed different
 // requests. Every rank sees the same digests and takes the same path, so the ring stays in step
 // and stays usable for the next collective. The exchange is a ring allgather, so it is also a
 // barrier, and it carries each rank's `payload` (at most kGatheredAllreduceBudget bytes) to every

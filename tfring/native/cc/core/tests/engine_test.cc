@@ -8,25 +8,6 @@
 using namespace tfring;
 using namespace tfring_test;
 
-namespace {
-
-// Thread-ranks that each own an Engine. `tweak` adjusts each rank's config.
-void withEngines(int size, const Mode& m, const std::function<void(Config&)>& tweak,
-                 const std::function<void(int, Engine&)>& fn) {
-  auto store = std::make_shared<HashStore>();
-  std::string job = uniqueJob();
-  spawn(size, [&](int r) {
-    Config c = rankConfig(r, size, m, job);
-    tweak(c);
-    auto ps = std::make_shared<PrefixStore>(job, store);
-    Engine e(c, connectRing(c, *ps), ps);
-    fn(r, e);
-    storeBarrier(*ps, "test-end", r, size, Deadline::after(30));
-  });
-}
-
-}  // namespace
-
 TEST(engine_fuses_thousand_small_tensors_at_every_threshold) {
   for (size_t threshold : {size_t{0}, size_t{4096}, size_t{64} << 20}) {
     withEngines(2, allModes()[1], [&](Config& c) { c.fusionThresholdBytes = threshold; },
@@ -64,7 +45,7 @@ TEST(engine_mismatched_shapes_fail_every_rank_then_recover) {
       std::vector<std::vector<float>> ts = {std::vector<float>(5), std::vector<float>(rank ? 4 : 3)};
       Status s = call(e, allreduceOf(ts));
       CHECK(!s.ok());
-      CHECK(s.code == Code::kInvalidArgument);
+      CHECK(s.code == Code::kFailedPrecondition);
       CHECK(s.message.find("tensor 1 has shape [3] on rank 0 but [4] on rank 1") != std::string::npos);
       std::vector<std::vector<float>> counts(rank ? 2 : 1, std::vector<float>(2));
       s = call(e, allreduceOf(counts));
@@ -351,7 +332,7 @@ TEST(engine_device_and_host_tensors_on_different_ranks_fail_together) {
       r.staged = stageThrough(&ts, 16);
     }
     Status s = call(e, std::move(r));
-    CHECK(s.code == Code::kInvalidArgument);
+    CHECK(s.code == Code::kFailedPrecondition);
     CHECK(s.message.find("device tensors") != std::string::npos);
     std::vector<std::vector<float>> good = {std::vector<float>(3, 2.0f)};
     CHECK(call(e, allreduceOf(good)).ok());

@@ -72,6 +72,25 @@ inline void withRing(int size, const Mode& m,
   });
 }
 
+// Runs fn(rank, engine) on `size` thread-ranks that each own an Engine; `tweak` adjusts each
+// rank's config.
+inline void withEngines(int size, const Mode& m, const std::function<void(tfring::Config&)>& tweak,
+                        const std::function<void(int, tfring::Engine&)>& fn) {
+  auto store = std::make_shared<tfring::HashStore>();
+  std::string job = uniqueJob();
+  spawn(size, [&](int r) {
+    tfring::Config c = rankConfig(r, size, m, job);
+    tweak(c);
+    auto ps = std::make_shared<tfring::PrefixStore>(job, store);
+    tfring::Engine e(c, tfring::connectRing(c, *ps), ps);
+    fn(r, e);
+    tfring::storeBarrier(*ps, "test-end", r, size, tfring::Deadline::after(30));
+  });
+}
+inline void withEngines(int size, const Mode& m, const std::function<void(int, tfring::Engine&)>& fn) {
+  withEngines(size, m, [](tfring::Config&) {}, fn);
+}
+
 // An in-place allreduce of float tensors named "grads".
 inline tfring::Request allreduceOf(std::vector<std::vector<float>>& tensors,
                                    tfring::ReduceOp op = tfring::ReduceOp::kSum) {
