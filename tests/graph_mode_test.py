@@ -34,6 +34,11 @@ with tf.compat.v1.Session() as session:
     session.run(barrier)
     result.update(v=session.run(v).tolist(), w=int(session.run(w)), u=session.run(u).tolist(),
                   mean=session.run(mean).tolist(), gathered=session.run(gathered).tolist())
+    # A broadcast's gradient is zero off the root, but its allreduce runs on every rank, or the
+    # next evaluation finds the ranks out of step (the graph prunes what a fetch does not need).
+    x = tf.ones([3]) * (rank + 1)
+    result["grads"] = [session.run(tf.gradients(tfring.ops.broadcast(x, root_rank=root), x)[0]).tolist()
+                       for root in (0, 1, 0)]
     # Horovod's TF1 habit: object collectives through the session.
     result["objects"] = [tfring.broadcast_object({"a": rank}, root_rank=1),
                          tfring.allgather_object((rank,), serializer="pickle", session=session)]
@@ -57,3 +62,4 @@ def test_wrappers_in_a_tf1_graph_return_ops_that_do_the_work():
         assert result["mean"] == [1.5, 3.0] and result["gathered"] == [0, 1, 1], (r, result)
         assert "call them eagerly, or in a TF1 graph with a session" in result["object"], result["object"]
         assert result["objects"] == [{"a": 1}, [[0], [1]]], result["objects"]
+        assert result["grads"] == [[2.0] * 3 if root == r else [0.0] * 3 for root in (0, 1, 0)], result["grads"]

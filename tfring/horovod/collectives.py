@@ -218,7 +218,10 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
         def grad(dy):
             mean = ring.allreduce(dy, op="mean")
-            return mean if runtime.rank() == root_rank else tf.zeros_like(mean)
+            if runtime.rank() == root_rank:
+                return mean
+            with tf.control_dependencies([mean]):  # a TF1 graph would otherwise prune the allreduce here only
+                return tf.zeros_like(mean)
 
         return value, grad
 
@@ -243,11 +246,11 @@ def broadcast_variables(variables, root_rank, process_set=process_sets.global_pr
     """
     process_sets.check_global(process_set, "hvd.broadcast_variables")
     variables = list(variables)
-    narrow = [v for v in variables if v.dtype in _NARROW_INTS]
+    narrow = [v for v in variables if tf.as_dtype(v.dtype).base_dtype in _NARROW_INTS]  # TF1 has int8_ref
     if not narrow:
         return ring.broadcast_variables(variables, root_rank=root_rank)
     values = [broadcast(tf.convert_to_tensor(v), root_rank) for v in narrow]
-    others = ring.broadcast_variables([v for v in variables if v.dtype not in _NARROW_INTS], root_rank=root_rank)
+    others = ring.broadcast_variables([v for v in variables if all(v is not n for n in narrow)], root_rank=root_rank)
     return tf.group(others, *[v.assign(value) for v, value in zip(narrow, values)])
 
 

@@ -42,6 +42,17 @@ def _dtype_groups(items):
     return list(groups.values())
 
 
+def _one_op_per_dtype(items, make):
+    """`make(lib, group)` for each dtype group of `items` (one op node takes one dtype), each
+    ordered; the outputs as a list in the order of `items`."""
+    lib = _ops()
+    out = [None] * len(items)
+    for idx in _dtype_groups(items):
+        for i, r in zip(idx, ordering.ordered(lambda idx=idx: make(lib, [items[i] for i in idx]))):
+            out[i] = r
+    return out
+
+
 def _as_list(what, tensors, allowed):
     """(was a single tensor given, the tensors as a checked list)."""
     single = not isinstance(tensors, (list, tuple))
@@ -78,17 +89,8 @@ def allreduce(tensors, op="sum", name=None):
     single, items = _as_list("allreduce", tensors, _REDUCE_DTYPES)
     if not items:
         return []
-    groups = _dtype_groups(items)
-    if len(groups) > 1:
-        # One op node takes one dtype: reduce each dtype group, then restore the order.
-        out = [None] * len(items)
-        for idx in groups:
-            for i, r in zip(idx, allreduce([items[i] for i in idx], op=op, name=name)):
-                out[i] = r
-        return out
-    lib = _ops()
-    result = ordering.ordered(lambda: lib.tfring_allreduce(items, reduce_op=op, name=name))
-    return result[0] if single else list(result)
+    result = _one_op_per_dtype(items, lambda lib, group: lib.tfring_allreduce(group, reduce_op=op, name=name))
+    return result[0] if single else result
 
 
 def allreduce_buckets(buckets, op="sum", name=None):
@@ -283,16 +285,8 @@ def reducescatter(tensors, op="sum", name=None):
         if t.shape.rank == 0:
             raise ValueError(f"tfring.reducescatter needs tensors of rank >= 1 (it splits the first dimension over "
                              f"the ranks), got a scalar at position {i}")
-    groups = _dtype_groups(items)
-    if len(groups) > 1:
-        out = [None] * len(items)
-        for idx in groups:
-            for i, r in zip(idx, reducescatter([items[i] for i in idx], op=op, name=name)):
-                out[i] = r
-        return out
-    lib = _ops()
-    result = ordering.ordered(lambda: lib.tfring_reducescatter(items, reduce_op=op, name=name))
-    return result[0] if single else list(result)
+    result = _one_op_per_dtype(items, lambda lib, group: lib.tfring_reducescatter(group, reduce_op=op, name=name))
+    return result[0] if single else result
 
 
 def alltoall(tensor, splits=None, name=None):
@@ -405,7 +399,8 @@ def _broadcast_grad(op, *grads):
     summed = allreduce(grads, op="sum")
     if _runtime.rank() == root:
         return summed
-    return [tf.zeros_like(g) for g in summed]
+    with tf.control_dependencies(summed):  # a TF1 graph would otherwise prune the allreduce on this rank only
+        return [tf.zeros_like(g) for g in summed]
 
 
 @tf.RegisterGradient("TfringAllgather")

@@ -13,6 +13,20 @@ absl::Status sameShapes(InferenceContext* c) {
   for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
   return absl::OkStatus();
 }
+
+// Output `out` has input `in`'s shape with the first dimension unknown (it differs per rank).
+absl::Status firstDimUnknown(InferenceContext* c, int in, int out) {
+  ShapeHandle shape = c->input(in);
+  if (!c->RankKnown(shape)) {
+    c->set_output(out, c->UnknownShape());
+    return absl::OkStatus();
+  }
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(shape, 1, &shape));
+  ShapeHandle result;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(shape, 0, c->UnknownDim(), &result));
+  c->set_output(out, result);
+  return absl::OkStatus();
+}
 }  // namespace
 
 REGISTER_OP("TfringAllreduce")
@@ -83,18 +97,7 @@ REGISTER_OP("TfringAllgather")
     .Output("gathered: T")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle in = c->input(0);
-      if (!c->RankKnown(in)) {
-        c->set_output(0, c->UnknownShape());
-        return absl::OkStatus();
-      }
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
-    })
+    .SetShapeFn([](InferenceContext* c) { return firstDimUnknown(c, 0, 0); })
     .Doc(R"doc(
 Concatenates the tensor of every rank along the first dimension, in rank order. The first
 dimension may differ between ranks; the others must match.
@@ -109,16 +112,7 @@ REGISTER_OP("TfringReducescatter")
     .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) {
-        ShapeHandle in = c->input(i), out;
-        if (!c->RankKnown(in)) {
-          c->set_output(i, c->UnknownShape());
-          continue;
-        }
-        TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
-        TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-        c->set_output(i, out);
-      }
+      for (int i = 0; i < c->num_inputs(); ++i) TF_RETURN_IF_ERROR(firstDimUnknown(c, i, i));
       return absl::OkStatus();
     })
     .Doc(R"doc(
@@ -136,17 +130,8 @@ REGISTER_OP("TfringAlltoall")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle in = c->input(0);
       c->set_output(1, c->Vector(c->UnknownDim()));
-      if (!c->RankKnown(in)) {
-        c->set_output(0, c->UnknownShape());
-        return absl::OkStatus();
-      }
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
+      return firstDimUnknown(c, 0, 0);
     })
     .Doc(R"doc(
 Sends splits[d] rows of `tensor` (in order: the first splits[0] rows to rank 0, ...) to each
