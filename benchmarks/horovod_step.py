@@ -49,7 +49,9 @@ def _job(mode):
         rank, size, scope = hvd.rank(), hvd.size(), contextlib.nullcontext()
     per_rank = ROWS
     global_rows = per_rank * (size if mode == "ring" else 1)
-    x = np.random.default_rng(rank).standard_normal((global_rows * STEPS, WIDTH)).astype("float32")
+    # Horovod: each rank its own rows; RingStrategy: the same global rows on every rank (it takes its share).
+    x = np.random.default_rng(0 if mode == "ring" else rank).standard_normal((global_rows * STEPS, WIDTH)).astype(
+        "float32")
     y = np.random.default_rng(1).integers(0, 10, len(x))
     with scope:
         model = keras.Sequential([keras.Input((WIDTH,)), keras.layers.Dense(WIDTH, activation="relu"),
