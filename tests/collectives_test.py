@@ -139,7 +139,10 @@ ROWS = [0, 1, 7, 9]
 for dtype in DTYPES:
     for op in OPS:
         tensors = [tf.constant(value(rank, rows * 3, op).astype(dtype).reshape(rows, 3)) for rows in ROWS]
-        for how, out in (("eager", tfring.ops.reducescatter(tensors, op=op)), ("graph", scattered(tensors, op))):
+        runs = [("eager", tfring.ops.reducescatter(tensors, op=op))]
+        if dtype in (np.float32, np.int32):  # a function traces once per dtype and op: two dtypes suffice
+            runs.append(("graph", scattered(tensors, op)))
+        for how, out in runs:
             for rows, o in zip(ROWS, out):
                 want = expected(rows * 3, op, dtype).reshape(rows, 3)[my_rows(rows)]
                 check(f"reducescatter {how} {np.dtype(dtype).name} {op} rows={rows}", o.numpy(), want, dtype)
@@ -198,7 +201,9 @@ for f in failures[:20]:
 '''
 
 
-@pytest.mark.parametrize("num_processes,transport", [(2, "shm"), (2, "tcp"), (3, "shm"),
+# TCP carries every op and dtype in the multihost test (2 hosts x 2 ranks, ring links across hosts).
+@pytest.mark.parametrize("num_processes,transport", [(2, "shm"), pytest.param(2, "tcp", marks=pytest.mark.extended),
+                                                       (3, "shm"),
                                                        pytest.param(4, "tcp", marks=pytest.mark.extended)])
 def test_every_dtype_op_and_collective_matches_numpy(num_processes, transport):
     proc = run_job(num_processes, CHECK_EVERYTHING, env={"TFRING_TRANSPORT": transport})

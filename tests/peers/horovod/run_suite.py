@@ -8,7 +8,8 @@ Every rank runs pytest over the same files in the same order, as under Horovod's
 ranks' results are read from JUnit XML and summed up.
 
 Usage:
-    python tests/peers/horovod/run_suite.py --np 2 [--files test_tensorflow2_keras.py ...] [--out DIR]
+    python tests/peers/horovod/run_suite.py --np 2 [--files test_tensorflow2_keras.py ...] [--select EXPR]
+        [--out FILE]
 """
 
 import argparse
@@ -16,6 +17,7 @@ import collections
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -72,11 +74,13 @@ def prepare(folder):
     return changed
 
 
-def run(np_, files, folder, timeout):
-    """Runs pytest on every rank of a `tfring run -np np_` job; returns the launcher's exit code."""
+def run(np_, files, folder, timeout, select=None):
+    """Runs pytest on every rank of a `tfring run -np np_` job (only the tests `select`, a pytest
+    `-k` expression, picks); returns the launcher's exit code."""
     rank_cmd = ("PMI_RANK=$TFRING_RANK PMI_SIZE=$TFRING_SIZE exec " + sys.executable +
                 " -m pytest -p no:cacheprovider -q -o python_files='test_*.py' --rootdir=. "
-                "--junitxml=results-rank$TFRING_RANK.xml " + " ".join(files))
+                "--junitxml=results-rank$TFRING_RANK.xml " + (f"-k {shlex.quote(select)} " if select else "") +
+                " ".join(files))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1", OMP_NUM_THREADS="1",
                PYTHONPATH=folder + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "tfring", "run", "-np", str(np_), "--timeout", "60", "sh", "-c", rank_cmd]
@@ -122,13 +126,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--files", nargs="*", default=FILES)
+    parser.add_argument("--select", default=None, help="only the tests this pytest -k expression picks")
     parser.add_argument("--out", default=None, help="write the summary (JSON) here")
     parser.add_argument("--timeout", type=float, default=3000, help="seconds for the whole job")
     args = parser.parse_args(argv)
     folder = tempfile.mkdtemp(prefix="tfring-horovod-suite-")
     try:
         changed = prepare(folder)
-        code = run(args.np, args.files, folder, args.timeout)
+        code = run(args.np, args.files, folder, args.timeout, args.select)
         merged, counts = summarize(results(folder, args.np), args.np)
         print(f"Horovod's tests on tfring.horovod, {args.np} ranks ({changed} import lines rewritten): "
               f"launcher exit {code}; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
