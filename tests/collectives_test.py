@@ -261,6 +261,13 @@ try:
     print("NO ERROR")
 except tf.errors.FailedPreconditionError as e:
     print("INVALID", e.message.splitlines()[0])
+# An alltoall's splits are this rank's own input: checked before the exchange.
+for t, splits in ((tf.ones([3]), [1, 1]), (tf.ones([2]), [-1, 3]), (tf.ones([2]), [1, 1, 0])):
+    try:
+        tfring.ops.alltoall(t, splits=splits)
+        print("NO ERROR")
+    except tf.errors.InvalidArgumentError as e:
+        print("SPLITS", e.message)
 print("AFTER", tfring.ops.allreduce(tf.ones([3])).numpy().tolist())
 '''
 
@@ -275,6 +282,11 @@ def test_mismatched_shapes_counts_and_dtypes_fail_on_every_rank():
         assert "tensor 1 has shape [3, 2] on rank 0 but [4, 2] on rank 1" in invalid[0]
         assert "tensors=1" in invalid[1] and "tensors=2" in invalid[1]
         assert "dtype=float32" in invalid[2] and "dtype=float64" in invalid[2]
+        splits = [l for l in lines if l.startswith("SPLITS")]
+        assert len(splits) == 3 and "NO ERROR" not in lines, lines
+        assert "the splits add up to 2 rows but the tensor has 3" in splits[0], splits
+        assert "splits must not be negative, got -1 for rank 0" in splits[1], splits
+        assert "splits must hold one row count per rank (2), got 3" in splits[2], splits
         assert "AFTER [2.0, 2.0, 2.0]" in lines
 
 

@@ -280,35 +280,17 @@ class AlltoallOp : public AsyncOpKernel {
     if (!rt) return done();
     const Tensor& in = ctx->input(0);
     const Tensor& splits = ctx->input(1);
-    const int size = rt->config().size;
-    OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
-                      tensorflow::errors::InvalidArgument(
-                          "tfring.alltoall needs a tensor of rank >= 1 (it sends rows), got a scalar"),
-                      done);
-    OP_REQUIRES_ASYNC(ctx, splits.dims() == 1 && splits.NumElements() == size,
+    OP_REQUIRES_ASYNC(ctx, splits.dims() == 1,
                       tensorflow::errors::InvalidArgument("tfring.alltoall: splits must be a vector of one row "
-                                                          "count per rank (", size, "), got shape ",
-                                                          splits.shape().DebugString()),
+                                                          "count per rank, got shape ", splits.shape().DebugString()),
                       done);
     Request req;
     req.kind = OpKind::kAlltoall;
     req.name = name();
     OP_REQUIRES_ASYNC(ctx, coreType(in.dtype(), &req.type),
                       tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
-    int64_t rows = 0;
-    for (int d = 0; d < size; ++d) {
-      const int64_t s = splits.vec<int64_t>()(d);
-      OP_REQUIRES_ASYNC(ctx, s >= 0,
-                        tensorflow::errors::InvalidArgument("tfring.alltoall: splits must not be negative, got ",
-                                                            s, " for rank ", d),
-                        done);
-      req.splits.push_back(s);
-      rows += s;
-    }
-    OP_REQUIRES_ASYNC(ctx, rows == in.dim_size(0),
-                      tensorflow::errors::InvalidArgument("tfring.alltoall: the splits add up to ", rows,
-                                                          " rows but the tensor has ", in.dim_size(0)),
-                      done);
+    // The engine checks the tensor's rank and the splits (count, signs, sum) before the exchange.
+    for (int64_t d = 0; d < splits.NumElements(); ++d) req.splits.push_back(splits.vec<int64_t>()(d));
     req.tensors.push_back({in.tensor_data().data(), nullptr, static_cast<size_t>(in.TotalBytes()),
                            dims(in.shape())});
     TensorShape shape = in.shape();

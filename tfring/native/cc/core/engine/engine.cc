@@ -317,23 +317,33 @@ void Engine::reducescatter(Request& r, Deadline d) {
   }
 }
 
+namespace {
+// The alltoall's own splits, checked before the exchange (only this rank passed them): one
+// non-negative row count per rank, adding up to the tensor's first dimension.
+void checkSplits(const std::vector<int64_t>& splits, const std::vector<int64_t>& shape, int size) {
+  auto fail = [](const std::string& what) { throw Error(Code::kInvalidArgument, "tfring.alltoall: " + what); };
+  if (shape.empty()) fail("needs a tensor of rank >= 1 (it sends rows), got a scalar");
+  if (splits.size() != static_cast<size_t>(size)) {
+    fail("splits must hold one row count per rank (" + std::to_string(size) + "), got " +
+         std::to_string(splits.size()));
+  }
+  int64_t rows = 0;
+  for (int d = 0; d < size; ++d) {
+    if (splits[d] < 0) fail("splits must not be negative, got " + std::to_string(splits[d]) + " for rank " + std::to_string(d));
+    rows += splits[d];
+  }
+  if (rows != shape[0]) {
+    fail("the splits add up to " + std::to_string(rows) + " rows but the tensor has " + std::to_string(shape[0]) +
+         ": they do not add up to its first dimension");
+  }
+}
+}  // namespace
+
 void Engine::alltoall(Request& r, Deadline d) {
   const TensorRef& t = r.tensors.at(0);
   const int size = config_.size;
-  if (r.splits.size() != static_cast<size_t>(size)) {
-    throw Error(Code::kInvalidArgument, "alltoall: " + std::to_string(r.splits.size()) + " splits for " +
-                                            std::to_string(size) + " ranks");
-  }
+  checkSplits(r.splits, t.shape, size);
   const size_t row = rowBytes(t, r.type);
-  bool valid = !t.shape.empty();
-  int64_t sent = 0;
-  for (int64_t v : r.splits) {
-    valid = valid && v >= 0;
-    sent += v;
-  }
-  if (!valid || sent != t.shape[0]) {
-    throw Error(Code::kInvalidArgument, "alltoall: the splits do not add up to the tensor's first dimension");
-  }
   const auto rows = agreeCounts(r, d, r.splits);  // rows[o][k]: what rank o sends rank k
   std::vector<std::vector<size_t>> bytes(size, std::vector<size_t>(size));
   std::vector<int64_t> received(size);
