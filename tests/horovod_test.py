@@ -118,6 +118,35 @@ def test_a_distributed_gradient_tape_loop_equals_one_process(warm, tmp_path):
     _alone_and_job(warm, TAPE, tmp_path, "tape")
 
 
+UNBUILT = r"""
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring.horovod.tensorflow.keras as hvd
+
+hvd.init()
+keras.utils.set_random_seed(1 + hvd.rank())  # each rank its own initial weights and rows
+ds = tf.data.Dataset.from_tensor_slices((np.random.rand(64, 4).astype("float32"),
+                                         np.random.randint(0, 3, 64))).repeat().batch(8)
+# No Input: Keras makes the weights (and the optimizer its variables) in the first step.
+model = keras.Sequential([keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3, activation="softmax")])
+model.compile(loss="sparse_categorical_crossentropy", optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)))
+model.fit(ds, steps_per_epoch=3, epochs=2, verbose=0, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+np.save(f"{os.environ['OUT']}/unbuilt-{hvd.rank()}.npy",
+        np.concatenate([np.ravel(v.numpy()) for v in model.weights + model.optimizer.variables]))
+"""
+
+
+def test_a_model_built_in_its_first_step_gets_the_roots_weights_after_it(warm, tmp_path):
+    # Horovod's tensorflow2_keras_mnist.py: a Sequential without Input. Keras builds it (and the
+    # optimizer) in the first step, after the callback's train-begin.
+    job = warm.run_job(2, UNBUILT, env={"OUT": str(tmp_path)}, pool="horovod")
+    assert job.returncode == 0, job.stderr[-3000:]
+    rank0, rank1 = (np.load(tmp_path / f"unbuilt-{r}.npy") for r in range(2))
+    assert np.array_equal(rank0, rank1)
+
+
 WARMUP = r'''
 import numpy as np
 import keras

@@ -14,7 +14,10 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     Horovod broadcasts after the first batch (its optimizers made their variables then); Keras 3
     builds them before the first step, so this broadcasts before it: every rank's first step
-    already starts from the root's weights.
+    already starts from the root's weights. A model Keras builds in its first step (a
+    `Sequential` without an `Input`, a subclassed model not yet called) has no weights when
+    training begins: it gets the root's weights and optimizer state after the first batch, as
+    under Horovod, so that one step is averaged over the ranks' own initial weights.
 
     Args:
         root_rank: the rank whose values win.
@@ -41,7 +44,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self._local.add(id(var))
 
     def _broadcast(self):
-        if self.broadcast_done:
+        if self.broadcast_done or not self.model.built:  # built in its first step: after it
             return
         optimizer = self.model.optimizer
         if optimizer is not None and not optimizer.built:
