@@ -55,6 +55,7 @@ def in_thread(target, args=(), name=None, daemon=True, silent=False):
     return thread
 '''
 REWRITES = [
+    (re.compile(r"^(\s*)import horovod[ \t]*$", re.M), r"\1import tfring.horovod as horovod"),
     (re.compile(r"^(\s*)import horovod\.((?:tensorflow|keras)\S*) as (\w+)", re.M), r"\1import tfring.horovod.\2 as \3"),
     (re.compile(r"^(\s*)from horovod\.((?:tensorflow|keras)\S*) import", re.M), r"\1from tfring.horovod.\2 import"),
     (re.compile(r"^(\s*)from horovod\.(?:common|runner)\S* import", re.M), r"\1from horovod_test_shims import"),

@@ -1,0 +1,26 @@
+"""Horovod's TensorFlow 2 examples (tests/peers/horovod/upstream/examples) on tfring.horovod, with only
+their import lines changed (and the lines Keras 3 itself refuses): each runs on 2 ranks with offline
+MNIST and ends with the ranks' weights bit-identical. Capped to a few steps here;
+`make test-horovod-suite` runs them longer and runs the synthetic benchmark too.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+RUNNER = os.path.join(os.path.dirname(__file__), "peers", "horovod", "run_examples.py")
+
+
+def test_horovods_mnist_examples_run_with_the_import_line_changed():
+    done = subprocess.run([sys.executable, RUNNER, "--np", "2", "--max-steps", "3", "--timeout", "240",
+                           "--only", "tensorflow2_keras_mnist.py", "tensorflow2_mnist.py"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    for name in ("tensorflow2_keras_mnist.py", "tensorflow2_mnist.py"):
+        line, = [l for l in done.stdout.splitlines() if l.startswith(f"== {name}:")]
+        assert line.startswith(f"== {name}: exit 0;") and line.endswith("bit-identical: True"), line
+    assert "rewrote import line" in done.stdout

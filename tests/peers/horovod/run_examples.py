@@ -1,0 +1,166 @@
+"""Runs Horovod's TensorFlow 2 examples against tfring.horovod, as `tfring run -np N` jobs.
+
+The files in upstream/examples/ are Horovod's, unchanged, at the commit named in README.md. This
+script copies them to a private folder and rewrites their import lines (run_suite.py's rewrites) and
+the two lines Keras 3 itself refuses (KERAS3, each with the error Keras gives), then runs each one
+through `example_runner.py`, which:
+- hands Keras' MNIST loader an offline file in place of the download: scikit-learn's bundled digits
+  (1,797 real handwritten digits, 8x8), scaled to MNIST's 28x28 uint8 layout;
+- with --max-steps, caps each `fit`'s epochs and steps and each `Dataset.take` (the examples train for
+  thousands of steps: 26 minutes a rank here); without it they run at their full length;
+- saves every Keras model's trainable weights on every rank when the script ends, so the ranks can be
+  compared (BatchNormalization's moving statistics are each rank's own, under Horovod too).
+
+Usage:
+    python tests/peers/horovod/run_examples.py --np 2 [--max-steps K] [--only NAME ...] [--out FOLDER]
+Exit status 0 when every example exited 0 and its ranks' weights are bit-identical.
+"""
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from run_suite import REWRITES  # noqa: E402  (one place for the import-line rewrites)
+
+EXAMPLES = os.path.join(HERE, "upstream", "examples")
+# What Keras 3 removed from these examples, each with the error it gives, and the least change.
+KERAS3 = [
+    (re.compile(r",\s*experimental_run_tf_function=False\)"), ")",
+     "Model.compile: \"Trainer.compile() got an unexpected keyword argument 'experimental_run_tf_function'\""),
+    (re.compile(r"\bopt\.variables\(\)"), "opt.variables",
+     "optimizer.variables is a list in Keras 3: \"'list' object is not callable\""),
+]
+# Arguments per example: the synthetic benchmark's own flags pick a model that fits a CPU.
+ARGS = {
+    "tensorflow2_synthetic_benchmark.py": ["--model", "MobileNetV2", "--batch-size", "8", "--no-cuda",
+                                           "--num-warmup-batches", "2", "--num-batches-per-iter", "2",
+                                           "--num-iters", "3"],
+}
+RUNNER = r'''"""Runs one Horovod example (argv[1:]) with offline MNIST, optional step caps and a weights dump."""
+import atexit, os, runpy, sys
+import numpy as np
+import tensorflow as tf
+import keras
+import keras.src.datasets.mnist as mnist_module
+
+out, cap = os.environ["EXAMPLE_OUT"], int(os.environ.get("EXAMPLE_MAX_STEPS", "0"))
+mnist_module.get_file = lambda *args, **kwargs: os.environ["OFFLINE_MNIST"]  # in place of the download
+
+models = []
+original_init = keras.Model.__init__
+def recording_init(self, *args, **kwargs):
+    original_init(self, *args, **kwargs)
+    models.append(self)
+keras.Model.__init__ = recording_init
+
+if cap:
+    original_fit, original_take = keras.Model.fit, tf.data.Dataset.take
+    def capped_fit(self, *args, **kwargs):
+        kwargs["epochs"] = min(kwargs.get("epochs", 1), 2)
+        kwargs["steps_per_epoch"] = min(kwargs.get("steps_per_epoch") or cap, cap)
+        return original_fit(self, *args, **kwargs)
+    keras.Model.fit = capped_fit
+    tf.data.Dataset.take = lambda self, count, name=None: original_take(self, min(int(count), cap), name)
+
+def dump():
+    rank = os.environ.get("TFRING_RANK", "0")
+    for k, model in enumerate(models):
+        if model.trainable_weights:  # BatchNormalization's moving statistics stay each rank's own
+            np.save(f"{out}/model{k}-rank{rank}.npy",
+                    np.concatenate([np.ravel(w.numpy()) for w in model.trainable_weights]))
+atexit.register(dump)
+
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def offline_mnist(path):
+    """scikit-learn's digits as MNIST's (x_train, y_train), (x_test, y_test) npz: 28x28 uint8."""
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    images = np.kron(digits.images, np.ones((3, 3))) * (255.0 / 16.0)  # 24x24
+    images = np.pad(images, ((0, 0), (2, 2), (2, 2))).round().astype(np.uint8)
+    labels = digits.target.astype(np.uint8)
+    np.savez(path, x_train=images[:1500], y_train=labels[:1500], x_test=images[1500:], y_test=labels[1500:])
+
+
+def prepare(folder):
+    """The examples with their import lines and Keras 3 removals rewritten; returns the changes made."""
+    changes = []
+    for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.py"))):
+        text = open(path).read()
+        for pattern, replacement in REWRITES:
+            text, n = pattern.subn(replacement, text)
+            changes += [(os.path.basename(path), "import line")] * n
+        for pattern, replacement, why in KERAS3:
+            text, n = pattern.subn(replacement, text)
+            changes += [(os.path.basename(path), why)] * n
+        with open(os.path.join(folder, os.path.basename(path)), "w") as f:
+            f.write(text)
+    with open(os.path.join(folder, "example_runner.py"), "w") as f:
+        f.write(RUNNER)
+    offline_mnist(os.path.join(folder, "mnist.npz"))
+    return changes
+
+
+def run_one(name, np_, folder, max_steps, timeout):
+    """Runs one example on `np_` ranks; returns (exit code, log text, {model: [weights per rank]})."""
+    out = os.path.join(folder, name[:-3])
+    os.makedirs(out)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1", OMP_NUM_THREADS="1",
+               EXAMPLE_OUT=out, EXAMPLE_MAX_STEPS=str(max_steps or 0),
+               OFFLINE_MNIST=os.path.join(folder, "mnist.npz"))
+    cmd = [sys.executable, "-m", "tfring", "run", "-np", str(np_), "--timeout", "60", sys.executable,
+           os.path.join(folder, "example_runner.py"), os.path.join(folder, name)] + ARGS.get(name, [])
+    try:
+        done = subprocess.run(cmd, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=timeout)
+        code, log = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as e:
+        code, log = "timeout", (e.stdout or b"").decode(errors="replace")
+    weights = {}
+    for path in sorted(glob.glob(os.path.join(out, "model*-rank*.npy"))):
+        model, rank = re.match(r"(model\d+)-rank(\d+)\.npy", os.path.basename(path)).groups()
+        weights.setdefault(model, {})[int(rank)] = np.load(path)
+    return code, log, weights
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=0, help="cap fit's epochs (2) and steps, and Dataset.take")
+    parser.add_argument("--only", nargs="*", default=None, help="example file names")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per example")
+    args = parser.parse_args(argv)
+    folder = tempfile.mkdtemp(prefix="tfring-horovod-examples-")
+    ok = True
+    try:
+        changes = prepare(folder)
+        for name, why in changes:
+            print(f"{name}: rewrote {why}")
+        names = args.only or sorted(os.path.basename(p) for p in glob.glob(os.path.join(EXAMPLES, "*.py")))
+        for name in names:
+            code, log, weights = run_one(name, args.np, folder, args.max_steps, args.timeout)
+            identical = bool(weights) and all(
+                len(per_rank) == args.np and all(np.array_equal(per_rank[0], w) for w in per_rank.values())
+                for per_rank in weights.values())
+            print(f"== {name}: exit {code}; {len(weights)} model(s); ranks' weights bit-identical: {identical}")
+            print("\n".join(log.splitlines()[-12:]))
+            ok = ok and code == 0 and identical
+        return 0 if ok else 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
