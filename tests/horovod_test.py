@@ -147,6 +147,48 @@ def test_a_model_built_in_its_first_step_gets_the_roots_weights_after_it(warm, t
     assert np.array_equal(rank0, rank1)
 
 
+JOIN = r"""
+import numpy as np
+import tensorflow as tf
+import tfring.horovod.tensorflow as hvd
+
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+
+
+@tf.function
+def step(x):  # in a tf.function too: the joined ranks serve a graph's allreduces as well
+    return hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(x, op=hvd.Average)
+
+
+for s in range(1 + rank):  # rank r has 1 + r batches: the others join early
+    x = tf.fill([1000], float(10 * (rank + 1) + s))
+    summed, averaged = step(x)
+    want = sum(10 * (q + 1) + s for q in range(s, size))  # the ranks still running
+    assert summed[0] == want and averaged[0] == np.float32(want) / np.float32(size), (s, summed[0], averaged[0], want)
+    if s == 1:  # ranks 1 and 2, rank 0 has joined: an allgather is refused (Horovod's rule)
+        try:
+            hvd.allgather(tf.ones([2]))
+            raise SystemExit("allgather ran while rank 0 had joined")
+        except tf.errors.FailedPreconditionError as e:
+            assert "rank 0 has joined (hvd.join)" in str(e), str(e)
+            print("REFUSED", str(e).splitlines()[0][:160])
+last = hvd.join()
+print("LAST", int(last))
+# After the join, every rank is back: an ordinary allreduce of all ranks.
+print("AFTER", float(hvd.allreduce(tf.constant([1.0]), op=hvd.Sum)[0]))
+"""
+
+
+def test_join_lets_ranks_with_fewer_batches_finish_first(warm):
+    job = warm.run_job(3, JOIN, pool="horovod")
+    assert job.returncode == 0, job.stderr[-3000:]
+    for r in range(3):
+        assert rank_lines(job.stdout, r)[-2:] == ["LAST 2", "AFTER 3.0"], job.stdout[-2000:]
+    for r in (1, 2):
+        assert any(line.startswith("REFUSED") for line in rank_lines(job.stdout, r))
+
+
 WARMUP = r'''
 import numpy as np
 import keras

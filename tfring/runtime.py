@@ -143,7 +143,7 @@ def local_size():
 
 
 # OpKind's order in the core (engine/request.h): the index of each kind in tfring_traffic's arrays.
-_KINDS = ("allreduce", "broadcast", "allgather", "barrier", "reducescatter", "alltoall")
+_KINDS = ("allreduce", "broadcast", "allgather", "barrier", "reducescatter", "alltoall", "join")
 
 
 def traffic():

@@ -357,13 +357,27 @@ def barrier(process_set=process_sets.global_process_set):
 
 
 def join(device=""):
-    """Horovod's `hvd.join`: not supported yet.
+    """Says this rank is out of data and waits until every rank has (Horovod's `hvd.join`).
 
-    Raises:
-        NotImplementedError: always; every rank must run the same number of steps.
+    Until every rank has joined, this rank takes part in the others' allreduces with zeros, so a
+    `hvd.Sum` counts the ranks still training and `hvd.Average` still divides by `hvd.size()`, as
+    Horovod does. Other collectives fail on the ranks that call them while a rank has joined
+    (`tf.errors.FailedPreconditionError`), as Horovod's do.
+
+    Args:
+        device: ignored.
+
+    Returns:
+        The rank that joined last (an int32 scalar tensor, the same on every rank).
+
+    Example:
+
+    >>> for images, labels in dataset.shard(hvd.size(), hvd.rank()):   # uneven shards
+    ...     training_step(images, labels)
+    >>> hvd.join()
     """
-    raise NotImplementedError("hvd.join is not supported by tfring yet: give every rank the same number of batches "
-                              "(tfring.data shards them evenly)")
+    del device
+    return ring.join()
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=compression_lib.Compression.none, op=basics.Average,

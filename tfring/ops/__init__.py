@@ -1,12 +1,12 @@
 """tfring's TensorFlow ops: fused ring allreduce, broadcast, allgather, reducescatter, alltoall,
-barrier and the fused LARS update.
+barrier, join and the fused LARS update.
 
 The names load on first use, so `import tfring` (and the `tfring run` launcher) does not import
 TensorFlow.
 """
 
 __all__ = ["allreduce", "allreduce_buckets", "broadcast", "allgather", "reducescatter", "alltoall", "barrier",
-           "broadcast_variables", "lars_update"]
+           "join", "broadcast_variables", "lars_update"]
 
 
 def __getattr__(name):

@@ -356,6 +356,34 @@ def barrier(name=None, label=""):
     return ordering.ordered(lambda: lib.tfring_barrier(label=label, name=name))
 
 
+def join(name=None):
+    """Says this rank is out of data, and waits until every rank has said so (Horovod's `join`).
+
+    Until then this rank takes part in the other ranks' allreduces with zeros: their sums count
+    only the ranks still running, and a mean still divides by the job's size (Horovod's rule).
+    Any other collective that runs while a rank has joined (allgather, broadcast, reducescatter,
+    alltoall, barrier, an allreduce with min/max/product or of GPU tensors) fails with
+    `tf.errors.FailedPreconditionError` on the ranks that called it, naming the joined ranks; the
+    joined ranks wait on. A joined rank waits for the others' next collective at most the
+    collective timeout.
+
+    Args:
+        name: optional op name.
+
+    Returns:
+        The rank that joined last (an int32 scalar tensor; the same on every rank). Among ranks
+        that joined at the same collective, the highest.
+
+    Example:
+
+    >>> for batch in my_rank_batches:   # ranks with fewer batches finish first
+    ...     train_step(batch)
+    >>> tfring.ops.join()
+    """
+    lib = _ops()
+    return ordering.ordered(lambda: lib.tfring_join(name=name))
+
+
 def broadcast_variables(variables, root_rank=0):
     """Assigns the root's values to `variables` on every rank (one fused collective per dtype).
 

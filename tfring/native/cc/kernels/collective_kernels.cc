@@ -330,6 +330,23 @@ class BarrierOp : public AsyncOpKernel {
   std::string label_;
 };
 
+class JoinOp : public AsyncOpKernel {
+ public:
+  explicit JoinOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = runtimeOrFail(ctx);
+    if (!rt) return done();
+    Tensor* last = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, TensorShape({}), &last), done);
+    Request req;
+    req.kind = OpKind::kJoin;
+    req.name = name();
+    req.joined = [last](int rank) { last->scalar<int32_t>()() = rank; };
+    req.done = finisher(ctx, done);
+    rt->engine().enqueue(std::move(req));
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(tensorflow::DEVICE_CPU), AllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(tensorflow::DEVICE_CPU), BroadcastOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduceStart").Device(tensorflow::DEVICE_CPU), AllreduceStartOp);
@@ -338,6 +355,7 @@ REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(tensorflow::DEVICE_CPU), 
 REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(tensorflow::DEVICE_CPU), ReducescatterOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAlltoall").Device(tensorflow::DEVICE_CPU), AlltoallOp);
 REGISTER_KERNEL_BUILDER(Name("TfringBarrier").Device(tensorflow::DEVICE_CPU), BarrierOp);
+REGISTER_KERNEL_BUILDER(Name("TfringJoin").Device(tensorflow::DEVICE_CPU), JoinOp);
 
 }  // namespace
 }  // namespace tfring

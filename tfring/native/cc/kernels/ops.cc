@@ -150,6 +150,16 @@ Completes once every rank has reached it.
 label: what the barrier is for, named in errors (eager ops have no name of their own).
 )doc");
 
+REGISTER_OP("TfringJoin")
+    .Output("last_joined: int32")
+    .SetIsDistributedCommunication()
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Says this rank is out of data (Horovod's join): until every rank has joined, it takes part in the
+other ranks' allreduces (sum and mean) with zeros. Returns the rank that joined last.
+)doc");
+
 REGISTER_OP("TfringLarsUpdate")
     .Input("var: resource")
     .Input("velocity: resource")

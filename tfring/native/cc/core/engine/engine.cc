@@ -129,6 +129,8 @@ void Engine::run(Request& r, Deadline d) {
       return reducescatter(r, d);
     case OpKind::kAlltoall:
       return alltoall(r, d);  // its check carries every rank's splits
+    case OpKind::kJoin:
+      return join(r);
   }
 }
 
@@ -136,7 +138,7 @@ std::vector<FramedBlock> Engine::agree(const Request& r, Deadline d, const IoLis
   if (config_.size == 1) return {};
   const auto start = std::chrono::steady_clock::now();
   const auto wall = Timeline::Clock::now();
-  auto blocks = checkRanksAgree(world(), config_.size, r, config_.fusionThresholdBytes, d, payload);
+  auto blocks = checkRanksAgree(world(), config_.size, r, config_.fusionThresholdBytes, d, payload, &joined_);
   traffic_.waited(r.kind, std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::steady_clock::now() - start).count());
   if (timeline_.on()) {
@@ -168,8 +170,11 @@ void Engine::allreduceGathered(Request& r, Deadline d) {
   }
   auto blocks = agree(r, d, {{mine.data(), mine.size()}});
   std::vector<const uint8_t*> inputs(config_.size, mine.data());
+  std::vector<uint8_t> zeros;  // a joined rank's input
+  if (!joined_.empty()) zeros.assign(mine.size(), 0);
+  for (int k : joined_) inputs[k] = zeros.data();
   for (int k = 0; k < config_.size; ++k) {
-    if (k == config_.rank) continue;
+    if (k == config_.rank || inputs[k] == zeros.data()) continue;
     if (blocks[k].payload.size() != mine.size()) {
       throw PeerError(k, "rank " + std::to_string(k) + " sent " + std::to_string(blocks[k].payload.size()) +
                              " bytes for a request that it described as ours (" + std::to_string(mine.size()) + ")");
@@ -358,6 +363,40 @@ void Engine::alltoall(Request& r, Deadline d) {
   void* out = allocateOutput(r, received, total, &scratch, &failed);
   ringAlltoall(world(), size, {{const_cast<void*>(t.in), t.bytes}}, {{out, total}}, bytes, d);
   if (!failed.empty()) throw Error(Code::kInternal, "alltoall could not allocate its output: " + failed);
+}
+
+void Engine::join(Request& r) {
+  auto finish = [&r](int last) {
+    if (r.joined) r.joined(last);
+  };
+  if (config_.size == 1) return finish(0);
+  const uint64_t joinedAt = executed_ - 1;  // this request's index: execute() counted it
+  stall_.end();  // a joined rank waits for the others' next collective as long as they compute
+  for (;;) {
+    const Deadline d = Deadline::after(config_.collectiveTimeout);
+    JoinRound round = joinRound(world(), config_.size, config_.rank, config_.fusionThresholdBytes, joinedAt, d);
+    if (round.allJoined) return finish(round.lastJoined);
+    ++executed_;  // one of the other ranks' collectives
+    if (round.serve) serveJoined(round.facts, d);
+  }
+}
+
+void Engine::serveJoined(const JoinFacts& facts, Deadline d) {
+  Request zero;
+  zero.kind = facts.kind;
+  zero.name = "join";
+  zero.type = facts.type;
+  zero.op = facts.op;
+  std::vector<std::vector<uint8_t>> buffers;
+  buffers.reserve(facts.shapes.size());
+  for (const auto& shape : facts.shapes) {
+    size_t bytes = dataTypeSize(facts.type);
+    for (int64_t dim : shape) bytes *= static_cast<size_t>(dim);
+    buffers.emplace_back(bytes, 0);
+    zero.tensors.push_back({buffers.back().data(), buffers.back().data(), bytes, shape});
+  }
+  if (gathers(zero)) return;  // the others read our check's payload as zeros
+  allreduce(zero, d);
 }
 
 Status Engine::fail(const std::string& what, int peer) {

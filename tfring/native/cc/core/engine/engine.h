@@ -12,7 +12,8 @@
 // and waiting would only hang. A failure takes at most the collective's timeout and a couple of
 // seconds to report, also when rank 0 (and with it the rendezvous store) stopped answering.
 // A collective that waits longer than stall_warning logs which ranks have not submitted it
-// (stall_watch.h). With a timeline (timeline.h) every collective is traced.
+// (stall_watch.h). With a timeline (timeline.h) every collective is traced. A rank that joined
+// (join.h) takes part in the others' allreduces with zeros until every rank has joined.
 #pragma once
 
 #include <condition_variable>
@@ -26,6 +27,7 @@
 #include "algorithms/allgather_framed.h"
 #include "common.h"
 #include "config.h"
+#include "engine/join.h"
 #include "engine/request.h"
 #include "engine/stall_watch.h"
 #include "engine/timeline.h"
@@ -68,6 +70,9 @@ class Engine {
   void allgather(Request& r, Deadline d);
   void reducescatter(Request& r, Deadline d);
   void alltoall(Request& r, Deadline d);
+  // hvd.join (join.h): takes part in the other ranks' allreduces with zeros until all have joined.
+  void join(Request& r);
+  void serveJoined(const JoinFacts& facts, Deadline d);
   // Every rank's int64 `mine` (an allgather's first dimension, an alltoall's splits), in rank order.
   std::vector<std::vector<int64_t>> agreeCounts(const Request& r, Deadline d, const std::vector<int64_t>& mine);
   // Calls r.allocate with `rows`; on failure returns a pointer into `scratch` instead and sets
@@ -89,6 +94,7 @@ class Engine {
   Status failure_;
   Traffic traffic_;
   uint64_t executed_ = 0;  // collectives run so far: the next one's index, the same on every rank
+  std::vector<int> joined_;  // the ranks that had joined at the running collective's check
   StallWatch stall_;
   Timeline timeline_;
   Timeline::Clock::time_point agreedAt_;  // when the running collective's agreement step ended

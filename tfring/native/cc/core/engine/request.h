@@ -14,7 +14,7 @@
 namespace tfring {
 
 // New kinds go last: tfring.traffic() reads the counts in this order.
-enum class OpKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kReducescatter, kAlltoall };
+enum class OpKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kReducescatter, kAlltoall, kJoin };
 
 // "allreduce", "broadcast", ...: how errors name the collective.
 inline const char* kindName(OpKind k) {
@@ -25,6 +25,7 @@ inline const char* kindName(OpKind k) {
     case OpKind::kBarrier: return "barrier";
     case OpKind::kReducescatter: return "reducescatter";
     case OpKind::kAlltoall: return "alltoall";
+    case OpKind::kJoin: return "join";
   }
   return "collective";
 }
@@ -65,6 +66,8 @@ struct Request {
   // rows each rank sends this one) is known; returns where the output goes (null and *error set
   // on failure).
   std::function<void*(const std::vector<int64_t>& firstDims, std::string* error)> allocate;
+  // Join only (engine/join.h): called with the rank that joined last, before `done`.
+  std::function<void(int lastJoined)> joined;
   std::function<void(const Status&)> done;
   // Allreduce and broadcast of tensors the engine must not touch (device memory): `tensors` only
   // describe them (shapes, sizes, for validation), and the engine calls `staged` with the host

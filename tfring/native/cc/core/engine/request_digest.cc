@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 
 #include "algorithms/allgather_ring.h"
@@ -55,11 +56,6 @@ std::vector<std::string> describeLines(const Request& r) {
     }
   }
   return lines;
-}
-
-void appendVarint(uint64_t v, std::string* out) {
-  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-  out->push_back(static_cast<char>(v));
 }
 
 // The same facts as describeRequest in a few bytes per tensor and no string per tensor (a list
@@ -132,7 +128,47 @@ std::string likelyCause(const std::string& name0, const std::string& namek, bool
          "steps, e.g. on datasets of different sizes?)";
 }
 
+Digest requestDigest(const Request& r, size_t fusionThresholdBytes) {
+  const std::string facts = digestInput(r, fusionThresholdBytes);
+  return sha256(facts.data(), facts.size());
+}
+
+std::vector<uint8_t> joinTag(size_t fusionThresholdBytes) {
+  Request join;
+  join.kind = OpKind::kJoin;
+  const Digest digest = requestDigest(join, fusionThresholdBytes);
+  return std::vector<uint8_t>(digest.begin(), digest.end());
+}
+
+// The ranks whose tag is the join tag, and whether the others' tags all agree.
+std::vector<int> joinedRanks(const std::vector<FramedBlock>& blocks, const std::vector<uint8_t>& tag, bool* othersAgree) {
+  std::vector<int> joined;
+  const FramedBlock* first = nullptr;
+  *othersAgree = true;
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    if (blocks[k].tag == tag) {
+      joined.push_back(static_cast<int>(k));
+    } else if (!first) {
+      first = &blocks[k];
+    } else {
+      *othersAgree = *othersAgree && blocks[k].tag == first->tag;
+    }
+  }
+  return joined;
+}
+
+std::string ranksText(const std::vector<int>& ranks) {
+  std::string s;
+  for (int k : ranks) s += (s.empty() ? "" : ", ") + std::to_string(k);
+  return s;
+}
+
 }  // namespace
+
+void appendVarint(uint64_t v, std::string* out) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+  out->push_back(static_cast<char>(v));
+}
 
 std::string mismatchMessage(const Request& r, const std::vector<std::string>& all) {
   auto described = [](const std::string& text, std::string* name) {
@@ -173,17 +209,55 @@ std::string describeRequest(const Request& r, size_t fusionThresholdBytes) {
 }
 
 std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const Request& r,
-                                         size_t fusionThresholdBytes, Deadline deadline, const IoList& payload) {
-  const std::string facts = digestInput(r, fusionThresholdBytes);
-  const Digest digest = sha256(facts.data(), facts.size());
+                                         size_t fusionThresholdBytes, Deadline deadline, const IoList& payload,
+                                         std::vector<int>* joined) {
+  const Digest digest = requestDigest(r, fusionThresholdBytes);
   auto blocks = ringAllgatherFramed(transport, size, std::vector<uint8_t>(digest.begin(), digest.end()), payload,
                                     kGatheredAllreduceBudget, deadline);
   bool same = true;
-  for (const auto& b : blocks) same = same && b.tag == blocks[0].tag;
+  *joined = joinedRanks(blocks, joinTag(fusionThresholdBytes), &same);
+  if (!joined->empty()) {
+    if (!same) {
+      throw Error(Code::kFailedPrecondition, std::string("tfring.") + kindName(r.kind) + " '" + r.name +
+                                                 "': ranks passed different inputs, while rank(s) " +
+                                                 ranksText(*joined) + " have joined (hvd.join)");
+    }
+    allgatherStrings(transport, size, encodeJoinFacts(r), deadline);  // what the joined ranks take part in
+    if (!joinServes(r.kind, r.op, static_cast<bool>(r.staged))) throw Error(Code::kFailedPrecondition, joinRefusal(r, *joined));
+    return blocks;
+  }
   if (same) return blocks;
   const std::string mine = describeRequest(r, fusionThresholdBytes);
   auto all = allgatherStrings(transport, size, mine + "name: " + r.name + "\n", deadline);
   throw Error(Code::kFailedPrecondition, mismatchMessage(r, all));
+}
+
+JoinRound joinRound(Transport* transport, int size, int rank, size_t fusionThresholdBytes, uint64_t joinedAt,
+                    Deadline deadline) {
+  const auto tag = joinTag(fusionThresholdBytes);
+  auto blocks = ringAllgatherFramed(transport, size, tag, {{&joinedAt, sizeof(joinedAt)}}, kGatheredAllreduceBudget,
+                                    deadline);
+  bool othersAgree = true;
+  const auto joined = joinedRanks(blocks, tag, &othersAgree);
+  JoinRound round;
+  if (static_cast<int>(joined.size()) == size) {
+    std::vector<uint64_t> at(size, joinedAt);
+    for (int k = 0; k < size; ++k) {
+      if (k == rank) continue;
+      if (blocks[k].payload.size() != sizeof(uint64_t)) throw PeerError(k, "rank " + std::to_string(k) + " sent a malformed join");
+      std::memcpy(&at[k], blocks[k].payload.data(), sizeof(uint64_t));
+    }
+    round.allJoined = true;
+    round.lastJoined = lastJoined(at);
+    return round;
+  }
+  if (!othersAgree) return round;  // the running ranks disagree: they fail their request
+  auto facts = allgatherStrings(transport, size, "", deadline);
+  int running = 0;
+  while (blocks[running].tag == tag) ++running;
+  round.facts = decodeJoinFacts(facts[running]);
+  round.serve = joinServes(round.facts.kind, round.facts.op, round.facts.staged);
+  return round;
 }
 
 }  // namespace tfring

@@ -14,6 +14,7 @@
 
 #include "algorithms/allgather_framed.h"
 #include "common.h"
+#include "engine/join.h"
 #include "engine/request.h"
 #include "transport/transport.h"
 
@@ -26,12 +27,32 @@ std::string describeRequest(const Request& r, size_t fusionThresholdBytes);
 // "name: <op name>" (not digested: names only make the message clearer).
 std::string mismatchMessage(const Request& r, const std::vector<std::string>& all);
 
+// Appends `v` as a varint (7 bits a byte, low first) to `out`.
+void appendVarint(uint64_t v, std::string* out);
+
 // Throws Error(kFailedPrecondition) naming the first difference when the ranks passed different
 // requests. Every rank sees the same digests and takes the same path, so the ring stays in step
 // and stays usable for the next collective. The exchange is a ring allgather, so it is also a
 // barrier, and it carries each rank's `payload` (at most kGatheredAllreduceBudget bytes) to every
 // rank: returns the blocks in rank order, our own payload left out.
+// Ranks that have joined (engine/join.h) send the join tag instead: they are left out of the
+// comparison and listed in `joined`; when there are any, the request's facts go to them in a
+// second exchange, and a request that does not run with joined ranks throws joinRefusal().
 std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const Request& r,
-                                         size_t fusionThresholdBytes, Deadline deadline, const IoList& payload = {});
+                                         size_t fusionThresholdBytes, Deadline deadline, const IoList& payload,
+                                         std::vector<int>* joined);
+
+// One check as a joined rank sees it: it sends the join tag with `joinedAt` (the index of the
+// collective at which it joined). Either every rank has joined (allJoined, lastJoined set), or
+// the others run a request: `serve` says whether this rank takes part in it (with zeros), as
+// `facts` describe it.
+struct JoinRound {
+  bool allJoined = false;
+  int lastJoined = -1;
+  bool serve = false;
+  JoinFacts facts;
+};
+JoinRound joinRound(Transport* transport, int size, int rank, size_t fusionThresholdBytes, uint64_t joinedAt,
+                    Deadline deadline);
 
 }  // namespace tfring

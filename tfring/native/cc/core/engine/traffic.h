@@ -15,7 +15,7 @@ namespace tfring {
 
 class Traffic {
  public:
-  static constexpr int kKinds = static_cast<int>(OpKind::kAlltoall) + 1;
+  static constexpr int kKinds = static_cast<int>(OpKind::kJoin) + 1;
 
   // Counts a collective that finished without error.
   void count(const Request& r) {
