@@ -109,7 +109,6 @@ def test_gradients_follow_horovods_conventions():
     (lambda: hvd.allreduce(tf.ones([1]), op=hvd.Sum, average=True), ValueError, "supersedes average"),
     (lambda: hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0])), NotImplementedError, "global_process_set"),
     (lambda: hvd.add_process_set([0]), NotImplementedError, "process sets"),
-    (lambda: hvd.join(), NotImplementedError, "join"),
     (lambda: hvd.alltoall(tf.ones([1]), process_set=hvd.ProcessSet([0])), NotImplementedError, "global_process_set"),
     (lambda: hvd.init(comm=[0]), NotImplementedError, "comm"),
     (lambda: hvd.broadcast_global_variables(0), RuntimeError, "eager"),
@@ -126,6 +125,10 @@ def test_gradients_follow_horovods_conventions():
 def test_what_tfring_lacks_or_refuses_is_named(call, error, needle):
     with pytest.raises(error, match=needle):
         call()
+
+
+def test_join_of_one_rank_returns_it_at_once():
+    assert int(hvd.join()) == 0
 
 
 def test_the_distributed_optimizer_is_the_users_class_with_its_configuration():
