@@ -21,7 +21,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
-.PHONY: env demo check lint test test-extended test-newest-tf test-keras-floor test-horovod-suite test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-deps clean
+.PHONY: env demo check lint test test-extended test-newest-tf test-keras-floor test-horovod-suite test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-horovod bench-deps clean
 
 env: $(STAMP)
 
@@ -188,6 +188,20 @@ bench-deps: env
 
 bench: env
 	$(PY) benchmarks/allreduce.py
+
+# Horovod 0.28.1 itself, for `benchmarks/horovod_step.py --horovod-python .venv-horovod/bin/python`
+# (`make bench-horovod`): TensorFlow 2.16.2, the newest it builds against, with Gloo and without MPI;
+# cmake < 4 and CMAKE_POLICY_VERSION_MINIMUM for its old CMake files. About 6 minutes on 2 cores.
+HOROVOD_VENV := .venv-horovod
+$(HOROVOD_VENV)/bin/horovodrun:
+	test -x $(HOROVOD_VENV)/bin/python || $(PYTHON) -m venv $(HOROVOD_VENV)
+	$(HOROVOD_VENV)/bin/pip install -q --upgrade pip wheel
+	$(HOROVOD_VENV)/bin/pip install -q "tensorflow-cpu==2.16.2" "cmake<4" packaging psutil pyyaml cloudpickle
+	PATH=$(CURDIR)/$(HOROVOD_VENV)/bin:$$PATH CMAKE_POLICY_VERSION_MINIMUM=3.5 HOROVOD_WITH_TENSORFLOW=1 \
+	  HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+	  $(HOROVOD_VENV)/bin/pip install -q --no-cache-dir --no-build-isolation "horovod==0.28.1"
+bench-horovod: env $(HOROVOD_VENV)/bin/horovodrun
+	$(PY) benchmarks/horovod_step.py --np 2 --rounds 3 --horovod-python $(HOROVOD_VENV)/bin/python
 
 # Allreduce across two emulated hosts (network namespaces, shaped links; needs root and openssh-server),
 # beside OpenMPI and MWMS. BENCH_ARGS=--quick for a smoke run of a minute.
