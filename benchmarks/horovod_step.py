@@ -34,6 +34,18 @@ ROWS, STEPS, WIDTH = 32, 40, 1024
 MODES = ("horovod", "ring", "alone", "tape", "horovod-tape")
 
 
+def _model_and_optimizer(keras):
+    """The benchmark's MLP (2.1 M parameters) and SGD with momentum, the same in every mode."""
+    model = keras.Sequential([keras.Input((WIDTH,)), keras.layers.Dense(WIDTH, activation="relu"),
+                              keras.layers.Dense(WIDTH, activation="relu"), keras.layers.Dense(10)])
+    return model, keras.optimizers.SGD(0.01, momentum=0.9)
+
+
+def _median_step_ms(times):
+    """The median of the second epoch's steps, from the time each step ended."""
+    return 1000 * statistics.median(b - a for a, b in zip(times[STEPS:], times[STEPS + 1:]))
+
+
 def _tape_job(mode):
     """One rank's `DistributedGradientTape` loop on tfring.horovod or Horovod: rank 0 prints one JSON line."""
     import time
@@ -50,9 +62,7 @@ def _tape_job(mode):
     hvd.init()
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal((ROWS, WIDTH)).astype("float32"))
     y = tf.constant(np.random.default_rng(1).integers(0, 10, ROWS))
-    model = keras.Sequential([keras.Input((WIDTH,)), keras.layers.Dense(WIDTH, activation="relu"),
-                              keras.layers.Dense(WIDTH, activation="relu"), keras.layers.Dense(10)])
-    opt = keras.optimizers.SGD(0.01, momentum=0.9)
+    model, opt = _model_and_optimizer(keras)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     # The tf.Variables under Keras 3's: Horovod's tape calls `.ref()`, which Keras 3 variables lack.
@@ -75,20 +85,18 @@ def _tape_job(mode):
     for _ in range(2 * STEPS):
         step(False).numpy()
         times.append(time.perf_counter())
-    steps = [b - a for a, b in zip(times[STEPS:], times[STEPS + 1:])]
     weights = float(sum(tf.reduce_sum(w) for w in model.trainable_variables))
     same = float(hvd.allreduce(tf.constant(weights, tf.float64), op=hvd.Max)) == weights
     if hvd.rank() == 0:
-        print("RESULT", json.dumps({"mode": mode, "step_ms": 1000 * statistics.median(steps), "ranks_equal": same}),
+        print("RESULT", json.dumps({"mode": mode, "step_ms": _median_step_ms(times), "ranks_equal": same}),
               flush=True)
 
 
 def _job(mode):
     """One rank's measurement (runs under tfring run, or alone): rank 0 prints one JSON line."""
-    import time
-
     if mode in ("tape", "horovod-tape"):
         return _tape_job(mode)
+    import time
 
     import keras
     import numpy as np
@@ -114,9 +122,7 @@ def _job(mode):
         "float32")
     y = np.random.default_rng(1).integers(0, 10, len(x))
     with scope:
-        model = keras.Sequential([keras.Input((WIDTH,)), keras.layers.Dense(WIDTH, activation="relu"),
-                                  keras.layers.Dense(WIDTH, activation="relu"), keras.layers.Dense(10)])
-        opt = keras.optimizers.SGD(0.01, momentum=0.9)
+        model, opt = _model_and_optimizer(keras)
         if mode == "horovod":
             opt = hvd.DistributedOptimizer(opt)
         model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -128,9 +134,8 @@ def _job(mode):
 
     callbacks = [Clock()] + ([hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if mode == "horovod" else [])
     model.fit(x, y, batch_size=global_rows, epochs=2, verbose=0, shuffle=False, callbacks=callbacks)
-    steps = [b - a for a, b in zip(times[STEPS:], times[STEPS + 1:])]  # the second epoch
     if rank == 0:
-        print("RESULT", json.dumps({"mode": mode, "step_ms": 1000 * statistics.median(steps)}), flush=True)
+        print("RESULT", json.dumps({"mode": mode, "step_ms": _median_step_ms(times)}), flush=True)
 
 
 def _measure(mode, np_, horovod_python=None):

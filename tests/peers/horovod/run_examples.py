@@ -29,7 +29,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run_suite import REWRITES  # noqa: E402  (one place for the import-line rewrites)
+from run_suite import REWRITES, tfring_job  # noqa: E402  (one place for the rewrites and the job)
 
 EXAMPLES = os.path.join(HERE, "upstream", "examples")
 # What Keras 3 removed from these examples, each with the error it gives, and the least change.
@@ -117,11 +117,9 @@ def run_one(name, np_, folder, max_steps, timeout):
     """Runs one example on `np_` ranks; returns (exit code, log text, {model: [weights per rank]})."""
     out = os.path.join(folder, name[:-3])
     os.makedirs(out)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1", OMP_NUM_THREADS="1",
-               EXAMPLE_OUT=out, EXAMPLE_MAX_STEPS=str(max_steps or 0),
-               OFFLINE_MNIST=os.path.join(folder, "mnist.npz"))
-    cmd = [sys.executable, "-m", "tfring", "run", "-np", str(np_), "--timeout", "60", sys.executable,
-           os.path.join(folder, "example_runner.py"), os.path.join(folder, name)] + ARGS.get(name, [])
+    cmd, env = tfring_job(np_, [sys.executable, os.path.join(folder, "example_runner.py"), os.path.join(folder, name)]
+                          + ARGS.get(name, []), EXAMPLE_OUT=out, EXAMPLE_MAX_STEPS=str(max_steps or 0),
+                          OFFLINE_MNIST=os.path.join(folder, "mnist.npz"))
     try:
         done = subprocess.run(cmd, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=timeout)

@@ -91,6 +91,13 @@ def prepare(folder, graph_rewrites=True):
     return changed
 
 
+def tfring_job(np_, command, **env):
+    """The `tfring run -np np_` command line for `command`, and its environment: one intra-op
+    thread per rank, TensorFlow's info logs off, `env` added."""
+    job_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1", OMP_NUM_THREADS="1", **env)
+    return [sys.executable, "-m", "tfring", "run", "-np", str(np_), "--timeout", "60"] + command, job_env
+
+
 def run(np_, files, folder, timeout, select=None):
     """Runs pytest on every rank of a `tfring run -np np_` job (only the tests `select`, a pytest
     `-k` expression, picks); returns the launcher's exit code."""
@@ -98,9 +105,8 @@ def run(np_, files, folder, timeout, select=None):
                 " -m pytest -p no:cacheprovider -q -o python_files='test_*.py' --rootdir=. "
                 "--junitxml=results-rank$TFRING_RANK.xml " + (f"-k {shlex.quote(select)} " if select else "") +
                 " ".join(files))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=folder + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "tfring", "run", "-np", str(np_), "--timeout", "60", "sh", "-c", rank_cmd]
+    cmd, env = tfring_job(np_, ["sh", "-c", rank_cmd],
+                          PYTHONPATH=folder + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(os.path.join(folder, "job.log"), "w") as log:
         try:
             return subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,

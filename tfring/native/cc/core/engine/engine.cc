@@ -170,11 +170,13 @@ void Engine::allreduceGathered(Request& r, Deadline d) {
   }
   auto blocks = agree(r, d, {{mine.data(), mine.size()}});
   std::vector<const uint8_t*> inputs(config_.size, mine.data());
-  std::vector<uint8_t> zeros;  // a joined rank's input
-  if (!joined_.empty()) zeros.assign(mine.size(), 0);
-  for (int k : joined_) inputs[k] = zeros.data();
+  const std::vector<uint8_t> zeros(joined_.empty() ? 0 : mine.size(), 0);  // a joined rank's input
   for (int k = 0; k < config_.size; ++k) {
-    if (k == config_.rank || inputs[k] == zeros.data()) continue;
+    if (k == config_.rank) continue;
+    if (std::find(joined_.begin(), joined_.end(), k) != joined_.end()) {
+      inputs[k] = zeros.data();
+      continue;
+    }
     if (blocks[k].payload.size() != mine.size()) {
       throw PeerError(k, "rank " + std::to_string(k) + " sent " + std::to_string(blocks[k].payload.size()) +
                              " bytes for a request that it described as ours (" + std::to_string(mine.size()) + ")");

@@ -52,13 +52,17 @@ bool joinServes(OpKind kind, ReduceOp op, bool staged) {
   return kind == OpKind::kAllreduce && (op == ReduceOp::kSum || op == ReduceOp::kMean) && !staged;
 }
 
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (int k : ranks) s += (s.empty() ? "" : ", ") + std::to_string(k);
+  return s;
+}
+
 std::string joinRefusal(const Request& r, const std::vector<int>& joined) {
-  std::string ranks;
-  for (int k : joined) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
   std::string what = std::string(kindName(r.kind));
   if (r.kind == OpKind::kAllreduce) what += r.staged ? " of device tensors" : std::string(" with op ") + reduceOpName(r.op);
   return std::string("tfring.") + kindName(r.kind) + " '" + r.name + "': rank" + (joined.size() > 1 ? "s " : " ") +
-         ranks + (joined.size() > 1 ? " have" : " has") + " joined (hvd.join), and only allreduce with sum or mean "
+         rankList(joined) + (joined.size() > 1 ? " have" : " has") + " joined (hvd.join), and only allreduce with sum or mean "
          "of host tensors runs until every rank has joined, not " + what + " (Horovod's rule)";
 }
 

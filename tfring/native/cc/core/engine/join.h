@@ -37,6 +37,9 @@ JoinFacts decodeJoinFacts(const std::string& bytes);
 // Whether a request runs while some ranks have joined (the one rule both sides apply).
 bool joinServes(OpKind kind, ReduceOp op, bool staged);
 
+// "0, 2": ranks for a message.
+std::string rankList(const std::vector<int>& ranks);
+
 // The error of a request refused because `joined` ranks have joined.
 std::string joinRefusal(const Request& r, const std::vector<int>& joined);
 

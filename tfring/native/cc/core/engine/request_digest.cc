@@ -157,12 +157,6 @@ std::vector<int> joinedRanks(const std::vector<FramedBlock>& blocks, const std::
   return joined;
 }
 
-std::string ranksText(const std::vector<int>& ranks) {
-  std::string s;
-  for (int k : ranks) s += (s.empty() ? "" : ", ") + std::to_string(k);
-  return s;
-}
-
 }  // namespace
 
 void appendVarint(uint64_t v, std::string* out) {
@@ -215,18 +209,20 @@ std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const R
   auto blocks = ringAllgatherFramed(transport, size, std::vector<uint8_t>(digest.begin(), digest.end()), payload,
                                     kGatheredAllreduceBudget, deadline);
   bool same = true;
+  for (const auto& b : blocks) same = same && b.tag == blocks[0].tag;
+  joined->clear();
+  if (same) return blocks;  // ours is a request's tag, so no rank has joined
   *joined = joinedRanks(blocks, joinTag(fusionThresholdBytes), &same);
   if (!joined->empty()) {
     if (!same) {
       throw Error(Code::kFailedPrecondition, std::string("tfring.") + kindName(r.kind) + " '" + r.name +
                                                  "': ranks passed different inputs, while rank(s) " +
-                                                 ranksText(*joined) + " have joined (hvd.join)");
+                                                 rankList(*joined) + " have joined (hvd.join)");
     }
     allgatherStrings(transport, size, encodeJoinFacts(r), deadline);  // what the joined ranks take part in
     if (!joinServes(r.kind, r.op, static_cast<bool>(r.staged))) throw Error(Code::kFailedPrecondition, joinRefusal(r, *joined));
     return blocks;
   }
-  if (same) return blocks;
   const std::string mine = describeRequest(r, fusionThresholdBytes);
   auto all = allgatherStrings(transport, size, mine + "name: " + r.name + "\n", deadline);
   throw Error(Code::kFailedPrecondition, mismatchMessage(r, all));
