@@ -1,6 +1,8 @@
 """Horovod's TensorFlow 2 examples (tests/peers/horovod/upstream/examples) on tfring.horovod, with only
 their import lines changed (and the lines Keras 3 itself refuses): each runs on 2 ranks with offline
-MNIST and ends with the ranks' weights bit-identical. Capped to a few steps here;
+MNIST and ends with the ranks' weights bit-identical; the Keras one, with dropout off and its data
+order fixed, equal (in float64, to 1e-12) to one process trained on 2 x its batch. Capped to a few
+steps here;
 `make test-horovod-suite` runs them longer and runs the synthetic benchmark too.
 """
 
@@ -24,3 +26,14 @@ def test_horovods_mnist_examples_run_with_the_import_line_changed():
         line, = [l for l in done.stdout.splitlines() if l.startswith(f"== {name}:")]
         assert line.startswith(f"== {name}: exit 0;") and line.endswith("bit-identical: True"), line
     assert "rewrote import line" in done.stdout
+
+
+def test_horovods_keras_example_equals_one_process_on_n_times_the_batch():
+    # In float64: float32's rounding (which Adam grows over steps) would hide a real difference.
+    done = subprocess.run([sys.executable, RUNNER, "--np", "2", "--max-steps", "5", "--timeout", "240",
+                           "--only", "--compare-one-process", "--floatx", "float64"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    line, = [l for l in done.stdout.splitlines() if "against one process" in l]
+    assert "ranks bit-identical: True" in line, line
+    assert float(line.split("max |dw| = ")[1].split()[0]) <= 1e-12, line

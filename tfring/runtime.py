@@ -210,3 +210,63 @@ def sign_object(data):
     if _c().tfring_sign_object(data, len(data), out) != 0:
         raise RuntimeError("tfring.runtime.sign_object: call tfring.init() first")
     return out.raw
+
+
+def _raise_failure(rc, err, what):
+    raise _ERRORS.get(_library.error_name(rc), RuntimeError)(f"{what}: {err.value.decode()}")
+
+
+def link_process_set(ranks):
+    """Registers the process set of `ranks` in the core and, on its members, links its ring.
+
+    The low half of `tfring.ops.add_process_set`, which first checks that every rank passes the
+    same ranks: call that instead.
+
+    Args:
+        ranks: job ranks.
+
+    Returns:
+        The set's id (int, 1 and up; the same on every rank that registers the same sets in the same order).
+
+    Raises:
+        ValueError: ranks out of range, repeated or none, or the ranks of a set that exists.
+        TimeoutError: the other members did not come within the rendezvous timeout.
+    """
+    _topology()
+    ranks = [int(r) for r in ranks]
+    err = ctypes.create_string_buffer(4096)
+    set_id = ctypes.c_int()
+    rc = _c().tfring_add_process_set((ctypes.c_int * len(ranks))(*ranks), len(ranks), ctypes.byref(set_id),
+                                     err, len(err))
+    if rc != 0:
+        _raise_failure(rc, err, "tfring.add_process_set")
+    return set_id.value
+
+
+def process_set_id(ranks):
+    """Returns the id of the process set of `ranks` (job ranks, any order), or None when there is none."""
+    _topology()
+    ranks = [int(r) for r in ranks]
+    found = _c().tfring_process_set_id((ctypes.c_int * len(ranks))(*ranks), len(ranks))
+    return None if found < 0 else found
+
+
+def unlink_process_set(set_id):
+    """Forgets process set `set_id` (not 0) and closes its ring; True when it existed."""
+    return bool(_c().tfring_remove_process_set(int(set_id))) if is_initialized() else False
+
+
+def process_set_ranks(set_id):
+    """Returns the job ranks of process set `set_id` (0: every rank), ascending.
+
+    Raises:
+        ValueError: there is no process set `set_id`.
+    """
+    size_ = _topology()[1]
+    ranks = (ctypes.c_int * size_)()
+    count = ctypes.c_int()
+    err = ctypes.create_string_buffer(1024)
+    rc = _c().tfring_process_set_ranks(int(set_id), ranks, size_, ctypes.byref(count), err, len(err))
+    if rc != 0:
+        _raise_failure(rc, err, "tfring")
+    return list(ranks[:count.value])

@@ -17,20 +17,26 @@ def init(comm=None, process_sets=None):
     Args:
         comm: Horovod's MPI communicator or list of ranks: only None (every rank of the job) is
             supported.
-        process_sets: Horovod's process sets to register: only None is supported.
+        process_sets: Horovod's process sets to register (a list of `hvd.ProcessSet`; every
+            rank passes the same), or "dynamic" (accepted: sets may always be added later).
 
     Raises:
-        NotImplementedError: `comm` or `process_sets` given.
+        NotImplementedError: `comm` given.
+        ValueError: ranks passed different process sets (on every rank).
 
     Example:
 
     >>> import tfring.horovod.tensorflow.keras as hvd
     >>> hvd.init()
     """
-    if comm is not None or process_sets not in (None, []):
-        raise NotImplementedError("tfring.horovod.init: `comm` and `process_sets` are not supported yet; every "
-                                  "collective runs over the whole job (call hvd.init() without arguments)")
+    if comm is not None:
+        raise NotImplementedError("tfring.horovod.init: `comm` is not supported: tfring has no MPI inside it; the "
+                                  "job is every rank the launcher started (use process_sets=[hvd.ProcessSet(ranks)] "
+                                  "for collectives over some of them)")
     runtime.init()
+    from tfring.horovod import process_sets as sets  # noqa: PLC0415 (process_sets imports the ops layer)
+
+    sets.register(process_sets)
 
 
 def shutdown():

@@ -41,26 +41,27 @@ def _scaled(tensor, factor):
     return tf.cast(tf.cast(tensor, wide) * tf.constant(float(factor), wide), dtype)
 
 
-def _reduce_dense(tensors, op, compression, prescale_factor, postscale_factor, collective=ring.allreduce,
+def _reduce_dense(tensors, op, compression, prescale_factor, postscale_factor, process_set, collective=ring.allreduce,
                   where="hvd.allreduce"):
-    """One fused reduction (`collective`: allreduce or reducescatter), scaled in each tensor's own
-    (compressed) type before and after, as Horovod does."""
+    """One fused reduction (`collective`: allreduce or reducescatter) over tfring process set
+    `process_set`, scaled in each tensor's own (compressed) type before and after, as Horovod does."""
     tfring_op = basics.tfring_op(op, where)
     compressed, contexts = zip(*[compression.compress(tf.convert_to_tensor(t)) for t in tensors])
     widened, narrows = zip(*[_widened(_scaled(t, prescale_factor)) for t in compressed])
-    reduced = collective(list(widened), op=tfring_op)
+    reduced = collective(list(widened), op=tfring_op, process_set=process_set)
     return [compression.decompress(_scaled(narrow(r), postscale_factor), ctx)
             for r, narrow, ctx in zip(reduced, narrows, contexts)]
 
 
-def _reduce_slices(slices, op, prescale_factor, postscale_factor):
+def _reduce_slices(slices, op, prescale_factor, postscale_factor, process_set):
     if op not in (basics.Sum, basics.Average):
         raise NotImplementedError("hvd.allreduce: only hvd.Sum and hvd.Average are supported with tf.IndexedSlices")
     if prescale_factor != 1.0 or postscale_factor != 1.0:
         raise NotImplementedError("hvd.allreduce: pre/postscale factors are not supported with tf.IndexedSlices")
-    values, indices = allgather(slices.values), ring.allgather(tf.cast(slices.indices, tf.int64))
+    values = _gather(slices.values, process_set)
+    indices = ring.allgather(tf.cast(slices.indices, tf.int64), process_set=process_set)
     if op == basics.Average:
-        values = values / tf.cast(runtime.size(), values.dtype)
+        values = values / tf.cast(len(runtime.process_set_ranks(process_set)), values.dtype)
     return tf.IndexedSlices(values, indices, slices.dense_shape)
 
 
@@ -78,7 +79,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
         prescale_factor: multiplies each tensor before the reduction.
         postscale_factor: multiplies each result.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
 
     Returns:
         A list like `tensors`, reduced; identical on every rank.
@@ -87,16 +88,17 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
 
     >>> hvd.grouped_allreduce([tf.ones([2]), tf.ones([3])], op=hvd.Sum)
     """
-    process_sets.check_global(process_set, "hvd.grouped_allreduce")
+    set_id = process_sets.set_id(process_set, "hvd.grouped_allreduce")
     op = basics.handle_average_backwards_compatibility(op, average)
     tensors = list(tensors)
     out = [None] * len(tensors)
     dense = [k for k, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     for k in range(len(tensors)):
         if k not in dense:
-            out[k] = _reduce_slices(tensors[k], op, prescale_factor, postscale_factor)
+            out[k] = _reduce_slices(tensors[k], op, prescale_factor, postscale_factor, set_id)
     if dense:
-        reduced = _reduce_dense([tensors[k] for k in dense], op, compression, prescale_factor, postscale_factor)
+        reduced = _reduce_dense([tensors[k] for k in dense], op, compression, prescale_factor, postscale_factor,
+                                set_id)
         for k, r in zip(dense, reduced):
             out[k] = r
     return out
@@ -119,7 +121,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         prescale_factor: multiplies the tensor before the reduction.
         postscale_factor: multiplies the result.
         name: ignored (tfring matches collectives by their order).
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
         ignore_name_scope: ignored.
 
     Returns:
@@ -134,11 +136,31 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
                              postscale_factor=postscale_factor, process_set=process_set)[0]
 
 
-def _my_rows(gathered, first_dims):
-    """This rank's rows of `gathered`, given every rank's first dimension."""
+def _my_rows(gathered, first_dims, process_set):
+    """This rank's rows of `gathered`, given every member's first dimension."""
     offsets = tf.concat([[0], tf.cumsum(first_dims)], 0)
-    me = runtime.rank()
+    me = runtime.process_set_ranks(process_set).index(runtime.rank())
     return gathered[offsets[me]:offsets[me + 1]]
+
+
+def _gather(tensor, process_set):
+    """Horovod's allgather over tfring process set `process_set` (an id), with Horovod's gradient."""
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        tensor = tf.reshape(tensor, [1])
+
+    @tf.custom_gradient
+    def gather(x):
+        wide, narrow = _widened(x)
+        gathered = narrow(ring.allgather(wide, process_set=process_set))
+
+        def grad(dy):
+            first_dims = ring.allgather(tf.shape(x, out_type=tf.int64)[:1], process_set=process_set)
+            return _my_rows(ring.allreduce(dy, op="mean", process_set=process_set), first_dims, process_set)
+
+        return gathered, grad
+
+    return gather(tensor)
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=process_sets.global_process_set):
@@ -151,7 +173,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=process_se
         tensor: a tensor of rank >= 1 (a scalar is gathered as a vector of one element per rank).
         name: ignored.
         ignore_name_scope: ignored.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
 
     Returns:
         The concatenation, in rank order; identical on every rank.
@@ -160,23 +182,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=process_se
 
     >>> hvd.allgather(tf.fill([hvd.rank() + 1, 2], float(hvd.rank())))
     """
-    process_sets.check_global(process_set, "hvd.allgather")
-    tensor = tf.convert_to_tensor(tensor)
-    if tensor.shape.rank == 0:
-        tensor = tf.reshape(tensor, [1])
-
-    @tf.custom_gradient
-    def gather(x):
-        wide, narrow = _widened(x)
-        gathered = narrow(ring.allgather(wide))
-
-        def grad(dy):
-            first_dims = ring.allgather(tf.shape(x, out_type=tf.int64)[:1])
-            return _my_rows(ring.allreduce(dy, op="mean"), first_dims)
-
-        return gathered, grad
-
-    return gather(tensor)
+    return _gather(tensor, process_sets.set_id(process_set, "hvd.allgather"))
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=process_sets.global_process_set):
@@ -199,7 +205,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
         root_rank: the rank whose value wins.
         name: ignored.
         ignore_name_scope: ignored.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
 
     Returns:
         The root's value.
@@ -208,16 +214,16 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
     >>> hvd.broadcast(tf.constant(hvd.rank()), root_rank=0)
     """
-    process_sets.check_global(process_set, "hvd.broadcast")
+    set_id = process_sets.set_id(process_set, "hvd.broadcast")
     tensor = tf.convert_to_tensor(tensor)
 
     @tf.custom_gradient
     def cast(x):
         wide, narrow = _widened(x)
-        value = narrow(ring.broadcast(wide, root_rank=root_rank))
+        value = narrow(ring.broadcast(wide, root_rank=root_rank, process_set=set_id))
 
         def grad(dy):
-            mean = ring.allreduce(dy, op="mean")
+            mean = ring.allreduce(dy, op="mean", process_set=set_id)
             if runtime.rank() == root_rank:
                 return mean
             with tf.control_dependencies([mean]):  # a TF1 graph would otherwise prune the allreduce here only
@@ -234,7 +240,7 @@ def broadcast_variables(variables, root_rank, process_set=process_sets.global_pr
     Args:
         variables: a list of `tf.Variable`s or Keras variables.
         root_rank: the rank whose values win.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
         inplace: ignored (tfring always assigns in place).
 
     Returns:
@@ -244,13 +250,14 @@ def broadcast_variables(variables, root_rank, process_set=process_sets.global_pr
 
     >>> hvd.broadcast_variables(model.variables, root_rank=0)
     """
-    process_sets.check_global(process_set, "hvd.broadcast_variables")
+    set_id = process_sets.set_id(process_set, "hvd.broadcast_variables")
     variables = list(variables)
     narrow = [v for v in variables if tf.as_dtype(v.dtype).base_dtype in _NARROW_INTS]  # TF1 has int8_ref
     if not narrow:
-        return ring.broadcast_variables(variables, root_rank=root_rank)
-    values = [broadcast(tf.convert_to_tensor(v), root_rank) for v in narrow]
-    others = ring.broadcast_variables([v for v in variables if all(v is not n for n in narrow)], root_rank=root_rank)
+        return ring.broadcast_variables(variables, root_rank=root_rank, process_set=set_id)
+    values = [broadcast(tf.convert_to_tensor(v), root_rank, process_set=process_set) for v in narrow]
+    others = ring.broadcast_variables([v for v in variables if all(v is not n for n in narrow)], root_rank=root_rank,
+                                      process_set=set_id)
     return tf.group(others, *[v.assign(value) for v, value in zip(narrow, values)])
 
 
@@ -261,7 +268,7 @@ def broadcast_(variables, root_rank, name=None, process_set=process_sets.global_
         variables: a list of `tf.Variable`s or Keras variables.
         root_rank: the rank whose values win.
         name: ignored.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
 
     Returns:
         The variables' values after the broadcast, a list of tensors.
@@ -270,9 +277,8 @@ def broadcast_(variables, root_rank, name=None, process_set=process_sets.global_
 
     >>> values = hvd.broadcast_([v1, v2], root_rank=0)
     """
-    process_sets.check_global(process_set, "hvd.broadcast_")
     variables = list(variables)
-    assigned = broadcast_variables(variables, root_rank)
+    assigned = broadcast_variables(variables, root_rank, process_set=process_set)
     with tf.control_dependencies([assigned] if assigned is not None else []):
         return [tf.identity(tf.convert_to_tensor(v)) for v in variables]  # read after the assignment
 
@@ -304,7 +310,7 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=proc
         root_rank: the rank whose object wins.
         session: in a TF1 graph, the session that runs the collectives.
         name: ignored.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
 
     Returns:
         The root's object.
@@ -316,8 +322,8 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=proc
 
     >>> state = hvd.broadcast_object({"epoch": 3, 0: [1, 2]}, root_rank=0)
     """
-    process_sets.check_global(process_set, "hvd.broadcast_object")
-    return objects.broadcast_object(obj, root_rank=root_rank, serializer="pickle", session=session)
+    set_id = process_sets.set_id(process_set, "hvd.broadcast_object")
+    return objects.broadcast_object(obj, root_rank=root_rank, serializer="pickle", session=session, process_set=set_id)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=process_sets.global_process_set):
@@ -331,8 +337,8 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=proces
     >>> bcast = hvd.broadcast_object_fn(root_rank=0)
     >>> obj = bcast(obj)
     """
-    process_sets.check_global(process_set, "hvd.broadcast_object_fn")
-    return lambda obj: broadcast_object(obj, root_rank, session)
+    process_sets.set_id(process_set, "hvd.broadcast_object_fn")
+    return lambda obj: broadcast_object(obj, root_rank, session, process_set=process_set)
 
 
 def allgather_object(obj, session=None, name=None, process_set=process_sets.global_process_set):
@@ -346,14 +352,13 @@ def allgather_object(obj, session=None, name=None, process_set=process_sets.glob
 
     >>> hvd.allgather_object({"loss": 0.5})
     """
-    process_sets.check_global(process_set, "hvd.allgather_object")
-    return objects.allgather_object(obj, serializer="pickle", session=session)
+    set_id = process_sets.set_id(process_set, "hvd.allgather_object")
+    return objects.allgather_object(obj, serializer="pickle", session=session, process_set=set_id)
 
 
 def barrier(process_set=process_sets.global_process_set):
     """Waits until every rank reaches it (Horovod's `hvd.barrier`)."""
-    process_sets.check_global(process_set, "hvd.barrier")
-    return ring.barrier()
+    return ring.barrier(process_set=process_sets.set_id(process_set, "hvd.barrier"))
 
 
 def join(device=""):
@@ -395,7 +400,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=compression_lib.
         device_dense: ignored (tfring places the collective with its input).
         compression: `hvd.Compression.none` (default) or `hvd.Compression.fp16`.
         op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
         prescale_factor: multiplies each tensor before the reduction.
         postscale_factor: multiplies each result.
 
@@ -406,20 +411,22 @@ def grouped_reducescatter(tensors, device_dense="", compression=compression_lib.
 
     >>> hvd.grouped_reducescatter([tf.ones([4, 2]), tf.ones([3])], op=hvd.Sum)
     """
-    process_sets.check_global(process_set, "hvd.grouped_reducescatter")
+    set_id = process_sets.set_id(process_set, "hvd.grouped_reducescatter")
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
         return tensors
     op = basics.Average if op is None else op
-    gradient_scale = (runtime.size() if op == basics.Sum else 1) * prescale_factor * postscale_factor
+    set_size = len(runtime.process_set_ranks(set_id))
+    gradient_scale = (set_size if op == basics.Sum else 1) * prescale_factor * postscale_factor
 
     @tf.custom_gradient
     def scatter(*xs):
-        out = _reduce_dense(xs, op, compression, prescale_factor, postscale_factor, ring.reducescatter,
+        out = _reduce_dense(xs, op, compression, prescale_factor, postscale_factor, set_id, ring.reducescatter,
                             "hvd.reducescatter")
 
         def grad(*dys):
-            return [ring.allgather(dy) * tf.cast(gradient_scale, dy.dtype) if dy.dtype.is_floating else None
+            return [ring.allgather(dy, process_set=set_id) * tf.cast(gradient_scale, dy.dtype)
+                    if dy.dtype.is_floating else None
                     for dy in dys]
 
         return out, grad
@@ -440,7 +447,7 @@ def reducescatter(tensor, device_dense="", compression=compression_lib.Compressi
         compression: `hvd.Compression.none` (default) or `hvd.Compression.fp16`.
         op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
         name: ignored (tfring matches collectives by their order).
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
         ignore_name_scope: ignored.
         prescale_factor: multiplies the tensor before the reduction.
         postscale_factor: multiplies the result.
@@ -468,7 +475,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
         splits: optional list or 1-D integer tensor of one row count per rank.
         name: ignored.
         ignore_name_scope: ignored.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
 
     Returns:
         With `splits`: `(received, received_splits)`, the rows in rank order and how many came
@@ -478,10 +485,10 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 
     >>> received, counts = hvd.alltoall(tf.range(4), splits=[1, 3])   # on 2 ranks
     """
-    process_sets.check_global(process_set, "hvd.alltoall")
+    set_id = process_sets.set_id(process_set, "hvd.alltoall")
     tensor = tf.convert_to_tensor(tensor)
     wide, narrow = _widened(tensor)
-    received, counts = ring.alltoall(wide, splits=splits)
+    received, counts = ring.alltoall(wide, splits=splits, process_set=set_id)
     received = narrow(received)
     return (received, tf.cast(counts, tf.int32)) if splits is not None else received
 
@@ -492,8 +499,13 @@ def rank_op(name=None):
 
 
 def size_op(process_set_id=0, name=None):
-    """The job's size as a tensor (Horovod's `hvd.size_op`)."""
-    return tf.constant(runtime.size(), tf.int32)
+    """The size of the job, or of process set `process_set_id`, as a tensor (Horovod's `hvd.size_op`)."""
+    return tf.constant(len(runtime.process_set_ranks(process_set_id)), tf.int32)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 when this rank is in process set `process_set_id`, else 0, as a tensor (Horovod's op)."""
+    return tf.constant(int(runtime.rank() in runtime.process_set_ranks(process_set_id)), tf.int32)
 
 
 def local_rank_op(name=None):

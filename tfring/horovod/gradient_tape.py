@@ -75,7 +75,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa
         gradient_predivide_factor: each rank sends g / f and the sum is multiplied by f / size.
         num_groups: ignored (tfring's buckets group gradients).
         groups: ignored.
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to average over (default: every rank); on a rank outside
+            it, `gradient()` returns the local gradients.
         scale_local_gradients: divide local sources' gradients by the number of ranks.
 
     Returns:
@@ -90,13 +91,13 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa
     >>> tape = hvd.DistributedGradientTape(tape)
     >>> grads = tape.gradient(loss, model.trainable_variables)
     """
-    process_sets.check_global(process_set, "hvd.DistributedGradientTape")
+    set_id = process_sets.set_id(process_set, "hvd.DistributedGradientTape")
     if gradient_predivide_factor != 1.0 and op != basics.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if op not in (basics.Average, basics.Sum):
         raise ValueError("hvd.DistributedGradientTape: op must be hvd.Average or hvd.Sum")
     return _wrapped(gradtape, _Distributed, _hvd_settings=gradients.settings(
-        compression, sparse_as_dense, gradient_predivide_factor, "hvd.DistributedGradientTape"),
+        compression, sparse_as_dense, gradient_predivide_factor, "hvd.DistributedGradientTape", set_id),
         _hvd_op=op, _hvd_scale_local=bool(scale_local_gradients), _hvd_local=set())
 
 

@@ -54,7 +54,7 @@ def horovod_hook(state, bucket):
     return bucket.allreduce(list(sent), op).then(restore)
 
 
-def settings(compression, sparse_as_dense, gradient_predivide_factor, where):
+def settings(compression, sparse_as_dense, gradient_predivide_factor, where, process_set=0):
     """The `GradientSettings` for Horovod's arguments.
 
     Args:
@@ -62,6 +62,7 @@ def settings(compression, sparse_as_dense, gradient_predivide_factor, where):
         sparse_as_dense: densify sparse gradients before they travel.
         gradient_predivide_factor: Horovod's factor (1.0: none).
         where: the public name called, for messages.
+        process_set: the tfring process set id to average over (0: every rank).
 
     Returns:
         A `reduction.GradientSettings`.
@@ -72,11 +73,12 @@ def settings(compression, sparse_as_dense, gradient_predivide_factor, where):
     factor = float(gradient_predivide_factor)
     if not factor > 0:
         raise ValueError(f"{where}: gradient_predivide_factor must be > 0, got {gradient_predivide_factor!r}")
-    size = runtime.size()
+    size = len(runtime.process_set_ranks(process_set))
     exact = compression is compression_lib.Compression.none and factor == 1.0
     hook, state = (comm_hooks.allreduce_hook, None) if exact else (
         horovod_hook, HorovodHookState(compression, factor, size))
-    return reduction.GradientSettings(size, _bucket_bytes(size), bool(sparse_as_dense), hook, state)
+    return reduction.GradientSettings(size, _bucket_bytes(size), bool(sparse_as_dense), hook, state,
+                                      process_set=process_set)
 
 
 def _bucket_bytes(size):
@@ -91,7 +93,8 @@ def _bucket_bytes(size):
 
 
 def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True):
-    """This rank's gradients averaged (or summed) over the ranks, Horovod's way.
+    """This rank's gradients averaged (or summed) over the ranks, Horovod's way; as they are on a
+    rank outside the settings' process set (Horovod's rule).
 
     Args:
         gradient_settings: from `settings`.
@@ -107,6 +110,8 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True):
     tfring_op = basics.tfring_op(op, "hvd.DistributedOptimizer")
     if tfring_op not in ("mean", "sum"):
         raise ValueError("hvd.DistributedOptimizer: op currently only supports Average and Sum")
+    if runtime.rank() not in runtime.process_set_ranks(gradient_settings.process_set):
+        return list(grads)
     shared = [k for k in range(len(grads)) if k not in local]
     out = list(grads)
     reduced = reduction.reduce_gradients(gradient_settings, [grads[k] for k in shared], op=tfring_op)

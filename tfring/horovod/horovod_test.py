@@ -12,26 +12,33 @@ import tfring.horovod.keras as hvd_keras
 import tfring.horovod.tensorflow as hvd
 import tfring.horovod.tensorflow.keras as hvd_tf_keras
 
-# Horovod 0.28.1's public TensorFlow names (horovod/tensorflow/__init__.py), less the elastic and
-# data-service ones.
+# Horovod 0.28.1's public TensorFlow names (horovod/tensorflow/__init__.py), less the data-service ones.
 HOROVOD_TF_NAMES = """init shutdown is_initialized size local_size cross_size rank local_rank cross_rank
 is_homogeneous mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built
 cuda_built rocm_built start_timeline stop_timeline ProcessSet global_process_set add_process_set
 remove_process_set Average Sum Adasum Min Max Product Compression allreduce grouped_allreduce allgather
 grouped_allgather broadcast broadcast_variables broadcast_global_variables broadcast_object allgather_object
 alltoall reducescatter grouped_reducescatter join barrier rank_op size_op local_rank_op local_size_op
-DistributedOptimizer DistributedGradientTape PartialDistributedGradientTape SyncBatchNormalization broadcast_""".split()
+DistributedOptimizer DistributedGradientTape PartialDistributedGradientTape SyncBatchNormalization broadcast_
+process_set_included_op elastic""".split()
 HOROVOD_KERAS_NAMES = """init shutdown is_initialized size local_size cross_size rank local_rank cross_rank
 mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built cuda_built
 rocm_built ProcessSet global_process_set add_process_set remove_process_set Average Sum Compression
 DistributedOptimizer broadcast_global_variables allreduce allgather broadcast reducescatter load_model
-callbacks""".split()
+callbacks elastic""".split()
 CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateScheduleCallback",
              "LearningRateWarmupCallback", "BestModelCheckpoint"]
 
 
+ELASTIC_TF_NAMES = ["TensorFlowKerasState", "TensorFlowState", "ObjectState", "run"]
+ELASTIC_KERAS_NAMES = ["KerasState", "CommitStateCallback", "UpdateBatchStateCallback", "UpdateEpochStateCallback",
+                       "run"]
+
+
 def test_every_horovod_name_is_there():
     assert [n for n in HOROVOD_TF_NAMES if not hasattr(hvd, n)] == []
+    assert [n for n in ELASTIC_TF_NAMES if not hasattr(hvd.elastic, n)] == []
+    assert [n for n in ELASTIC_KERAS_NAMES if not hasattr(hvd_keras.elastic, n)] == []
     for module in (hvd_tf_keras, hvd_keras):
         assert [n for n in HOROVOD_KERAS_NAMES if not hasattr(module, n)] == []
         assert [n for n in CALLBACKS if not hasattr(module.callbacks, n)] == []
@@ -107,9 +114,10 @@ def test_gradients_follow_horovods_conventions():
     (lambda: hvd.allreduce(tf.ones([1]), op=hvd.Adasum), NotImplementedError, "Adasum"),
     (lambda: hvd.allreduce(tf.ones([1]), op=7), ValueError, "op must be"),
     (lambda: hvd.allreduce(tf.ones([1]), op=hvd.Sum, average=True), ValueError, "supersedes average"),
-    (lambda: hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0])), NotImplementedError, "global_process_set"),
-    (lambda: hvd.add_process_set([0]), NotImplementedError, "process sets"),
-    (lambda: hvd.alltoall(tf.ones([1]), process_set=hvd.ProcessSet([0])), NotImplementedError, "global_process_set"),
+    (lambda: hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0])), ValueError, "is not registered"),
+    (lambda: hvd.add_process_set([0]), ValueError, "duplicate process set"),
+    (lambda: hvd.ProcessSet([0.5]), ValueError, "list of process ranks"),
+    (lambda: hvd.alltoall(tf.ones([1]), process_set=hvd.ProcessSet([0])), ValueError, "is not registered"),
     (lambda: hvd.init(comm=[0]), NotImplementedError, "comm"),
     (lambda: hvd.broadcast_global_variables(0), RuntimeError, "eager"),
     (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Max), ValueError, "Average and Sum"),
@@ -209,3 +217,35 @@ def test_the_distributed_tape_keeps_the_recording_and_the_structure():
     grads = tape.gradient(loss, v)
     np.testing.assert_allclose(grads["a"], [2.0, 4.0])
     np.testing.assert_allclose(grads["b"], 2.0)
+
+
+def test_elastic_state_commits_restores_and_its_callbacks_count():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    state = hvd.elastic.KerasState(model, epoch=0, batch=0)
+    before = [w.copy() for w in model.get_weights()]
+    model.fit(np.ones((8, 2)), np.ones((8, 1)), batch_size=4, epochs=2, verbose=0,
+              callbacks=[hvd.elastic.UpdateBatchStateCallback(state), hvd.elastic.UpdateEpochStateCallback(state)])
+    assert (state.epoch, state.batch) == (2, 0)
+    state.restore()  # nothing committed: back to the weights and values it was made with
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), before))
+    assert (state.epoch, state.batch) == (0, 0)
+    runs = []
+    hvd.elastic.run(lambda s, x: runs.append((s.epoch, x)))(state, 7)
+    assert runs == [(0, 7)]
+    with pytest.raises(ValueError, match="built"):
+        hvd.elastic.KerasState(keras.Sequential([keras.layers.Dense(1)]))
+
+
+def test_a_tf1_optimizer_is_wrapped_as_horovod_wraps_it():
+    with tf.Graph().as_default():
+        v = tf.compat.v1.Variable([1.0, 2.0], use_resource=True)
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5))
+        assert type(opt._optimizer).__name__ == "GradientDescentOptimizer"
+        train = opt.minimize(tf.reduce_sum(v * v))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train)
+            np.testing.assert_allclose(session.run(v), [0.0, 0.0])  # v - 0.5 * 2v
+    with pytest.raises(NotImplementedError, match="backward_passes_per_step"):
+        hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), backward_passes_per_step=2)

@@ -25,6 +25,7 @@ from tfring import checks
 from tfring.horovod import basics
 from tfring.horovod import compression as compression_lib
 from tfring.horovod import gradients
+from tfring.horovod import legacy_optimizer
 from tfring.horovod import process_sets
 from tfring.ops import ordering
 
@@ -39,7 +40,8 @@ class _Distributed:
     def _hvd_setup(self):
         arguments = self._hvd_arguments
         settings = gradients.settings(arguments["compression"], arguments["sparse_as_dense"],
-                                      arguments["gradient_predivide_factor"], "hvd.DistributedOptimizer")
+                                      arguments["gradient_predivide_factor"], "hvd.DistributedOptimizer",
+                                      arguments.get("process_set", 0))
         self._hvd = dict(settings=settings, op=arguments["op"], passes=arguments["backward_passes_per_step"],
                          average=arguments["average_aggregated_gradients"],
                          scale_local=arguments["scale_local_gradients"], local=set(), accumulators=None, count=None)
@@ -132,8 +134,10 @@ def _distributed_class(cls, arguments):
 
 def distribute(optimizer, compression=compression_lib.Compression.none, sparse_as_dense=False,
                gradient_predivide_factor=1.0, op=basics.Average, backward_passes_per_step=1,
-               average_aggregated_gradients=False, scale_local_gradients=True):
+               average_aggregated_gradients=False, scale_local_gradients=True, process_set=0):
     """Turns `optimizer` itself (its state kept) into a distributed optimizer; `hvd.keras.load_model` uses it.
+
+    `process_set` is a tfring process set id (0: every rank).
 
     Returns:
         `optimizer`, whose class now averages gradients first.
@@ -148,7 +152,7 @@ def distribute(optimizer, compression=compression_lib.Compression.none, sparse_a
                      backward_passes_per_step=checks.number(where, "backward_passes_per_step",
                                                             backward_passes_per_step, integer=True, above=0),
                      average_aggregated_gradients=bool(average_aggregated_gradients),
-                     scale_local_gradients=bool(scale_local_gradients))
+                     scale_local_gradients=bool(scale_local_gradients), process_set=process_set)
     optimizer.__class__ = _distributed_class(type(optimizer), arguments)
     optimizer._hvd_setup()
     if optimizer.built:
@@ -180,7 +184,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         average_aggregated_gradients: divide the accumulated gradients by `backward_passes_per_step`.
         num_groups: deprecated in Horovod; ignored (tfring's buckets group gradients).
         groups: ignored (tfring's buckets group gradients).
-        process_set: only `hvd.global_process_set`.
+        process_set: the `hvd.ProcessSet` to average over (default: every rank); a rank outside
+            it applies its own gradients.
         scale_local_gradients: divide the gradients of variables registered with
             `register_local_var` by the number of ranks.
 
@@ -189,14 +194,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     Raises:
         ValueError: `op` other than Average or Sum; a bad `backward_passes_per_step`.
-        NotImplementedError: another `process_set`.
+        ValueError: a `process_set` that is not registered.
 
     Example:
 
     >>> opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
     >>> model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
     """
-    process_sets.check_global(process_set, "hvd.DistributedOptimizer")
+    set_id = process_sets.set_id(process_set, "hvd.DistributedOptimizer")
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"hvd.DistributedOptimizer: tfring.horovod wraps Keras 3 optimizers "
                         f"(keras.optimizers.*), got {type(optimizer).__name__}")
@@ -205,7 +210,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             fresh, keras.optimizers.LossScaleOptimizer):
         fresh = keras.optimizers.LossScaleOptimizer(fresh)
     return distribute(fresh, compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
-                      average_aggregated_gradients, scale_local_gradients)
+                      average_aggregated_gradients, scale_local_gradients, set_id)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",  # noqa: N802
@@ -251,7 +256,8 @@ def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, de
     order of Horovod's TensorFlow module (`use_locking` third, `backward_passes_per_step` before `op`).
 
     Args:
-        optimizer: a Keras 3 optimizer (TF1 `tf.compat.v1.train.Optimizer`s are not supported).
+        optimizer: a Keras 3 optimizer, or a TF1 `tf.compat.v1.train.Optimizer` (graph mode; its
+            gradients are reduced in `compute_gradients`, as Horovod does; see `legacy_optimizer`).
         use_locking: ignored (Keras 3 optimizers have no locking option).
         (the others): as `DistributedOptimizer`.
 
@@ -259,13 +265,20 @@ def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, de
         The distributed optimizer.
 
     Raises:
-        TypeError: `optimizer` is not a Keras 3 optimizer.
+        TypeError: `optimizer` is neither a Keras 3 nor a TF1 optimizer.
+        NotImplementedError: `backward_passes_per_step` > 1 with a TF1 optimizer.
 
     Example:
 
     >>> import tfring.horovod.tensorflow as hvd
     >>> opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size()))
     """
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        if backward_passes_per_step != 1:
+            raise NotImplementedError("hvd.DistributedOptimizer: backward_passes_per_step > 1 is supported with Keras "
+                                      "optimizers only, not TF1 tf.compat.v1.train optimizers")
+        return legacy_optimizer.LegacyDistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
+                                                           op, gradient_predivide_factor, process_set)
     return DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
                                 gradient_predivide_factor, op, backward_passes_per_step, average_aggregated_gradients,
                                 num_groups, groups, process_set, scale_local_gradients)

@@ -134,3 +134,9 @@ def _declare(c):
     c.tfring_traffic.restype = ctypes.c_int
     c.tfring_sign_object.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p]
     c.tfring_sign_object.restype = ctypes.c_int
+    c.tfring_add_process_set.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                                         ctypes.c_char_p, ctypes.c_size_t]
+    c.tfring_remove_process_set.argtypes = [ctypes.c_int]
+    c.tfring_process_set_id.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    c.tfring_process_set_ranks.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+                                           ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]

@@ -1,12 +1,13 @@
 """tfring's TensorFlow ops: fused ring allreduce, broadcast, allgather, reducescatter, alltoall,
-barrier, join and the fused LARS update.
+barrier, join, process sets and the fused LARS update.
 
 The names load on first use, so `import tfring` (and the `tfring run` launcher) does not import
 TensorFlow.
 """
 
 __all__ = ["allreduce", "allreduce_buckets", "broadcast", "allgather", "reducescatter", "alltoall", "barrier",
-           "join", "broadcast_variables", "lars_update"]
+           "join", "broadcast_variables", "lars_update", "add_process_set", "remove_process_set", "process_set_ranks"]
+_PROCESS_SETS = ("add_process_set", "remove_process_set", "process_set_ranks")
 
 
 def __getattr__(name):
@@ -14,6 +15,10 @@ def __getattr__(name):
         from tfring.ops import lars
 
         return lars.lars_update
+    if name in _PROCESS_SETS:
+        from tfring.ops import process_sets
+
+        return getattr(process_sets, name)
     if name in __all__:
         from tfring.ops import collectives
 

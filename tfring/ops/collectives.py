@@ -6,6 +6,12 @@ and never block a TensorFlow inter-op thread.
 
 Every rank must submit its collectives in the same order: each op is built with
 `ordering.ordered`, which chains it to the graph's previous collective (see `ordering`).
+
+Each collective takes `process_set`: 0 (the default) for every rank of the job, or the id of a
+set `tfring.ops.add_process_set` made, to run over that set's ranks only, on a ring of their own.
+Only the set's members call it; sets' collectives run independently of each other's. Ranks
+stay job ranks everywhere (`root_rank`), results come in the set's rank order, and a mean
+divides by the set's size.
 """
 
 import tensorflow as tf
@@ -53,6 +59,26 @@ def _one_op_per_dtype(items, make):
     return out
 
 
+def _set_id(what, process_set):
+    return checks.number(f"tfring.{what}", "process_set", process_set, integer=True, at_least=0)
+
+
+def _set_size(process_set):
+    """The number of ranks in `process_set`."""
+    return _runtime.size() if process_set == 0 else len(_runtime.process_set_ranks(process_set))
+
+
+def _position(what, process_set, rank=None):
+    """`rank`'s (default: this rank's) position in `process_set`, which the kernels count in."""
+    rank = _runtime.rank() if rank is None else rank
+    if process_set == 0:
+        return rank
+    members = _runtime.process_set_ranks(process_set)
+    if rank not in members:
+        raise ValueError(f"tfring.{what}: rank {rank} is not in process set {process_set} (ranks {members})")
+    return members.index(rank)
+
+
 def _as_list(what, tensors, allowed):
     """(was a single tensor given, the tensors as a checked list)."""
     single = not isinstance(tensors, (list, tuple))
@@ -61,7 +87,7 @@ def _as_list(what, tensors, allowed):
     return single, items
 
 
-def allreduce(tensors, op="sum", name=None):
+def allreduce(tensors, op="sum", name=None, process_set=0):
     """Reduces tensors elementwise across all ranks.
 
     Args:
@@ -69,6 +95,7 @@ def allreduce(tensors, op="sum", name=None):
         op: "sum", "mean", "min", "max" or "product". "mean" divides the sum by the number of
             ranks (a truncating division for integers).
         name: optional op name.
+        process_set: 0 (every rank) or a process set's id (see the module docstring).
 
     Returns:
         The reduced tensor, or a list of them, with the input shapes; identical on every rank.
@@ -76,6 +103,7 @@ def allreduce(tensors, op="sum", name=None):
     Raises:
         ValueError: `op` is not one of the reduce ops.
         TypeError: a dtype is not float16/bfloat16/float32/float64/int32/int64.
+        tf.errors.InvalidArgumentError (at run time): no process set `process_set`, or this rank is not in it.
         tf.errors.FailedPreconditionError (at run time): ranks passed different shapes, counts or
             dtypes (Horovod's error type for the same case).
         tf.errors.UnavailableError (at run time): a rank died or stalled past the timeout.
@@ -86,14 +114,16 @@ def allreduce(tensors, op="sum", name=None):
     <tf.Tensor: shape=(2,), dtype=float32, numpy=array([1., 2.], dtype=float32)>
     """
     checks.choice("tfring.allreduce", "op", op, REDUCE_OPS)
+    process_set = _set_id("allreduce", process_set)
     single, items = _as_list("allreduce", tensors, _REDUCE_DTYPES)
     if not items:
         return []
-    result = _one_op_per_dtype(items, lambda lib, group: lib.tfring_allreduce(group, reduce_op=op, name=name))
+    result = _one_op_per_dtype(items, lambda lib, group: lib.tfring_allreduce(group, reduce_op=op, name=name,
+                                                                              process_set=process_set))
     return result[0] if single else result
 
 
-def allreduce_buckets(buckets, op="sum", name=None):
+def allreduce_buckets(buckets, op="sum", name=None, process_set=0):
     """All-reduces lists of tensors as one collective each, starting each as soon as its tensors exist.
 
     In a graph, each bucket is a start op that depends only on the bucket's own tensors (and on
@@ -106,6 +136,7 @@ def allreduce_buckets(buckets, op="sum", name=None):
         buckets: a list of lists of tensors; a bucket of several dtypes runs as one collective per dtype.
         op: as for `allreduce`.
         name: optional op name prefix.
+        process_set: as for `allreduce`.
 
     Returns:
         A list of lists of reduced tensors, shaped like `buckets`; identical on every rank.
@@ -118,7 +149,7 @@ def allreduce_buckets(buckets, op="sum", name=None):
     >>> grads = [tf.ones([2]), tf.ones([3])]
     >>> tfring.ops.allreduce_buckets([grads[1:], grads[:1]], op="mean")
     """
-    started = [allreduce_start(b, op=op, name=name) for b in buckets]
+    started = [allreduce_start(b, op=op, name=name, process_set=process_set) for b in buckets]
     return [pending.wait() for pending in started]
 
 
@@ -146,7 +177,7 @@ class Pending:
         return self._result
 
 
-def allreduce_start(tensors, op="sum", name=None):
+def allreduce_start(tensors, op="sum", name=None, process_set=0):
     """Starts all-reducing a list of tensors as one collective (one per dtype) and returns at once.
 
     In a graph the start op depends only on `tensors` and the previous collective's start, and
@@ -158,6 +189,7 @@ def allreduce_start(tensors, op="sum", name=None):
         tensors: a list of tensors.
         op: as for `allreduce`.
         name: optional op name prefix.
+        process_set: as for `allreduce`.
 
     Returns:
         A `Pending`: its `wait()` returns the reduced tensors.
@@ -171,16 +203,17 @@ def allreduce_start(tensors, op="sum", name=None):
     >>> first.wait() + second.wait()
     """
     checks.choice("tfring.allreduce_start", "op", op, REDUCE_OPS)
+    process_set = _set_id("allreduce_start", process_set)
     _, bucket = _as_list("allreduce_start", list(tensors), _REDUCE_DTYPES)
     if tf.executing_eagerly() or not bucket:
-        reduced = allreduce(bucket, op=op, name=name) if bucket else []
+        reduced = allreduce(bucket, op=op, name=name, process_set=process_set) if bucket else []
         return Pending(lambda: reduced)
     lib = _ops()
     started = []  # (positions in the bucket, buffers, ticket)
     for idx in _dtype_groups(bucket):
         # The ticket first: `ordered` makes the op of the first output the chain's last link.
         ticket, buffers = ordering.ordered(lambda idx=idx: _ticket_first(
-            lib.tfring_allreduce_start([bucket[i] for i in idx], reduce_op=op, name=name)))
+            lib.tfring_allreduce_start([bucket[i] for i in idx], reduce_op=op, name=name, process_set=process_set)))
         started.append((idx, buffers, ticket))
 
     def done():
@@ -198,13 +231,14 @@ def _ticket_first(started):
     return [ticket, buffers]
 
 
-def broadcast(tensors, root_rank=0, name=None):
+def broadcast(tensors, root_rank=0, name=None, process_set=0):
     """Copies tensors from `root_rank` to every rank.
 
     Args:
         tensors: a tensor or a list of tensors.
-        root_rank: the rank whose values everyone receives.
+        root_rank: the rank whose values everyone receives (a job rank, also in a process set).
         name: optional op name.
+        process_set: as for `allreduce`.
 
     Returns:
         The root's tensor (or list of tensors) on every rank.
@@ -215,17 +249,19 @@ def broadcast(tensors, root_rank=0, name=None):
     <tf.Tensor: shape=(), dtype=int32, numpy=3>
     """
     root_rank = checks.number("tfring.broadcast", "root_rank", root_rank, integer=True, at_least=0)
+    process_set = _set_id("broadcast", process_set)
     single, items = _as_list("broadcast", tensors, _COPY_DTYPES)
     if not items:
         return []
     if len({t.dtype for t in items}) > 1:
-        return [broadcast(t, root_rank, name) for t in items]
+        return [broadcast(t, root_rank, name, process_set) for t in items]
+    root = _position("broadcast", process_set, root_rank)
     lib = _ops()
-    result = ordering.ordered(lambda: lib.tfring_broadcast(items, root_rank=root_rank, name=name))
+    result = ordering.ordered(lambda: lib.tfring_broadcast(items, root_rank=root, name=name, process_set=process_set))
     return result[0] if single else list(result)
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=0):
     """Concatenates every rank's tensor along the first dimension, in rank order.
 
     The first dimension may differ between ranks; the other dimensions must match.
@@ -233,6 +269,7 @@ def allgather(tensor, name=None):
     Args:
         tensor: a tensor of rank >= 1.
         name: optional op name.
+        process_set: as for `allreduce`.
 
     Returns:
         A tensor whose first dimension is the sum over ranks.
@@ -247,11 +284,12 @@ def allgather(tensor, name=None):
     if tensor.shape.rank == 0:
         raise ValueError("tfring.allgather needs a tensor of rank >= 1 (it concatenates along the first "
                          "dimension), got a scalar")
+    process_set = _set_id("allgather", process_set)
     lib = _ops()
-    return ordering.ordered(lambda: lib.tfring_allgather(tensor, name=name))
+    return ordering.ordered(lambda: lib.tfring_allgather(tensor, name=name, process_set=process_set))
 
 
-def reducescatter(tensors, op="sum", name=None):
+def reducescatter(tensors, op="sum", name=None, process_set=0):
     """Reduces tensors across all ranks and gives each rank its share of the rows.
 
     Of a first dimension of `R` rows over `P` ranks, rank `r` gets `R // P` rows, one more when
@@ -263,6 +301,7 @@ def reducescatter(tensors, op="sum", name=None):
         tensors: a tensor of rank >= 1 or a list of them, the same shapes on every rank.
         op: "sum", "mean", "min", "max" or "product", as for `allreduce`.
         name: optional op name.
+        process_set: as for `allreduce`.
 
     Returns:
         This rank's rows of the reduced tensor (or a list of them).
@@ -278,6 +317,7 @@ def reducescatter(tensors, op="sum", name=None):
     >>> tfring.ops.reducescatter(tf.ones([4, 2]))   # on 2 ranks: 2 rows of 2.0 each
     """
     checks.choice("tfring.reducescatter", "op", op, REDUCE_OPS)
+    process_set = _set_id("reducescatter", process_set)
     single, items = _as_list("reducescatter", tensors, _REDUCE_DTYPES)
     if not items:
         return []
@@ -285,11 +325,12 @@ def reducescatter(tensors, op="sum", name=None):
         if t.shape.rank == 0:
             raise ValueError(f"tfring.reducescatter needs tensors of rank >= 1 (it splits the first dimension over "
                              f"the ranks), got a scalar at position {i}")
-    result = _one_op_per_dtype(items, lambda lib, group: lib.tfring_reducescatter(group, reduce_op=op, name=name))
+    result = _one_op_per_dtype(items, lambda lib, group: lib.tfring_reducescatter(group, reduce_op=op, name=name,
+                                                                                      process_set=process_set))
     return result[0] if single else result
 
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=0):
     """Sends rows of `tensor` to every rank and returns the rows every rank sent this one.
 
     The first `splits[0]` rows go to rank 0, the next `splits[1]` to rank 1, and so on; without
@@ -303,6 +344,7 @@ def alltoall(tensor, splits=None, name=None):
         splits: optional list or 1-D integer tensor of one row count per rank, summing to the
             first dimension.
         name: optional op name.
+        process_set: as for `allreduce`.
 
     Returns:
         A tuple `(received, received_splits)`: the rows from rank 0, then rank 1, ..., and how
@@ -323,7 +365,8 @@ def alltoall(tensor, splits=None, name=None):
     _check_dtypes("alltoall", [tensor], _COPY_DTYPES)
     if tensor.shape.rank == 0:
         raise ValueError("tfring.alltoall needs a tensor of rank >= 1 (it sends rows), got a scalar")
-    size = _runtime.size()
+    process_set = _set_id("alltoall", process_set)
+    size = _set_size(process_set)
     if splits is None:
         rows = tensor.shape[0]
         if rows is not None and rows % size:
@@ -333,17 +376,18 @@ def alltoall(tensor, splits=None, name=None):
         splits = tf.fill([size], tf.shape(tensor, out_type=tf.int64)[0] // size)
     splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
     lib = _ops()
-    received, counts = ordering.ordered(lambda: lib.tfring_alltoall(tensor, splits, name=name))
+    received, counts = ordering.ordered(lambda: lib.tfring_alltoall(tensor, splits, name=name, process_set=process_set))
     return received, counts
 
 
-def barrier(name=None, label=""):
+def barrier(name=None, label="", process_set=0):
     """Returns once every rank has called it (in graph mode: an op to depend on).
 
     Args:
         name: optional op name.
         label: what the barrier is for; errors name it (also in eager mode, where ops have no
             names), e.g. when ranks reach different collectives.
+        process_set: as for `allreduce`.
 
     Returns:
         None in eager mode; in graph mode, the op to depend on.
@@ -352,8 +396,9 @@ def barrier(name=None, label=""):
 
     >>> tfring.ops.barrier(label="end of epoch")
     """
+    process_set = _set_id("barrier", process_set)
     lib = _ops()
-    return ordering.ordered(lambda: lib.tfring_barrier(label=label, name=name))
+    return ordering.ordered(lambda: lib.tfring_barrier(label=label, name=name, process_set=process_set))
 
 
 def join(name=None):
@@ -384,12 +429,13 @@ def join(name=None):
     return ordering.ordered(lambda: lib.tfring_join(name=name))
 
 
-def broadcast_variables(variables, root_rank=0):
+def broadcast_variables(variables, root_rank=0, process_set=0):
     """Assigns the root's values to `variables` on every rank (one fused collective per dtype).
 
     Args:
         variables: a list of `tf.Variable`s (or Keras variables).
         root_rank: the rank whose values win.
+        process_set: as for `allreduce`.
 
     Returns:
         Eagerly: None (the values are assigned). In a graph: the op that broadcasts and assigns,
@@ -404,7 +450,7 @@ def broadcast_variables(variables, root_rank=0):
     variables = list(variables)
     if not variables:
         return tf.no_op()
-    values = broadcast([tf.convert_to_tensor(v) for v in variables], root_rank=root_rank)
+    values = broadcast([tf.convert_to_tensor(v) for v in variables], root_rank=root_rank, process_set=process_set)
     return tf.group(*[v.assign(value) for v, value in zip(variables, values)])  # None eagerly
 
 
@@ -415,17 +461,17 @@ def _allreduce_grad(op, *grads):
     if reduce_op not in ("sum", "mean"):
         return [None] * len(grads)
     grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
-    return allreduce(grads, op=reduce_op)
+    return allreduce(grads, op=reduce_op, process_set=op.get_attr("process_set"))
 
 
 @tf.RegisterGradient("TfringBroadcast")
 def _broadcast_grad(op, *grads):
-    root = op.get_attr("root_rank")
+    root, process_set = op.get_attr("root_rank"), op.get_attr("process_set")  # root: a position in the set
     grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
     if not grads[0].dtype.is_floating:
         return [None] * len(grads)
-    summed = allreduce(grads, op="sum")
-    if _runtime.rank() == root:
+    summed = allreduce(grads, op="sum", process_set=process_set)
+    if _position("broadcast", process_set) == root:
         return summed
     with tf.control_dependencies(summed):  # a TF1 graph would otherwise prune the allreduce on this rank only
         return [tf.zeros_like(g) for g in summed]
@@ -433,12 +479,12 @@ def _broadcast_grad(op, *grads):
 
 @tf.RegisterGradient("TfringAllgather")
 def _allgather_grad(op, grad):
-    x = op.inputs[0]
+    x, process_set = op.inputs[0], op.get_attr("process_set")
     if not grad.dtype.is_floating:
         return [None]
-    grad = allreduce(grad, op="sum")
-    rows = allgather(tf.shape(x, out_type=tf.int64)[:1])
-    offset = tf.reduce_sum(rows[: _runtime.rank()])
+    grad = allreduce(grad, op="sum", process_set=process_set)
+    rows = allgather(tf.shape(x, out_type=tf.int64)[:1], process_set=process_set)
+    offset = tf.reduce_sum(rows[: _position("allgather", process_set)])
     begin = tf.concat([[offset], tf.zeros([tf.rank(x) - 1], tf.int64)], 0)
     return tf.slice(grad, begin, tf.shape(x, out_type=tf.int64))
 
@@ -451,9 +497,10 @@ def _reducescatter_grad(op, *grads):
         return [None] * len(grads)
     grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
     # Every rank's share of the gradient, gathered: d(sum)/d(input) is the whole gathered gradient.
-    gathered = [allgather(g) for g in grads]
+    process_set = op.get_attr("process_set")
+    gathered = [allgather(g, process_set=process_set) for g in grads]
     if reduce_op == "mean":
-        gathered = [g / tf.cast(_runtime.size(), g.dtype) for g in gathered]
+        gathered = [g / tf.cast(_set_size(process_set), g.dtype) for g in gathered]
     return gathered
 
 
@@ -462,5 +509,5 @@ def _alltoall_grad(op, grad, _):
     if not grad.dtype.is_floating:
         return [None, None]
     # The rows go back where they came from: the received splits are the way back.
-    back, _ = alltoall(grad, splits=op.outputs[1])
+    back, _ = alltoall(grad, splits=op.outputs[1], process_set=op.get_attr("process_set"))
     return [back, None]

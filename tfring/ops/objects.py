@@ -110,19 +110,20 @@ def _evaluate(tensor, session):
     return session.run(tensor)
 
 
-def _gather_frames(what, frame, root_rank, max_bytes, serializer, session):
+def _gather_frames(what, frame, root_rank, max_bytes, serializer, session, process_set):
     """Every rank's frame, as a list in rank order, after checking the ranks agree on the call."""
     header = [[len(frame), root_rank, max_bytes, SERIALIZERS.index(serializer)]]
-    headers = _evaluate(collectives.allgather(tf.constant(header, tf.int64)), session)
+    headers = _evaluate(collectives.allgather(tf.constant(header, tf.int64), process_set=process_set), session)
     _agree(what, headers, 1, "root_rank")
     _agree(what, headers, 2, "max_bytes")
     _agree(what, headers, 3, "serializer (0: json, 1: pickle)")
-    gathered = _evaluate(collectives.allgather(tf.constant(np.frombuffer(frame, dtype=np.uint8))), session).tobytes()
+    data = tf.constant(np.frombuffer(frame, dtype=np.uint8))
+    gathered = _evaluate(collectives.allgather(data, process_set=process_set), session).tobytes()
     offsets = np.concatenate([[0], np.cumsum(headers[:, 0])])
     return [gathered[offsets[r]:offsets[r + 1]] for r in range(len(headers))]
 
 
-def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES, serializer="json", session=None):
+def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES, serializer="json", session=None, process_set=0):
     """Returns `root_rank`'s `obj` on every rank (a JSON or signed pickled value: see the module docstring).
 
     Every rank must call it; the other ranks' `obj` is ignored.
@@ -133,6 +134,8 @@ def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES, serializer="
         max_bytes: the largest encoding accepted.
         serializer: "json" (default) or "pickle" (any picklable value, signed with the job secret).
         session: in a TF1 graph, the session that runs the collectives (default: the default session).
+        process_set: 0 (every rank) or the id of a process set (`tfring.ops.add_process_set`) that
+            holds `root_rank`: only its ranks call it.
 
     Returns:
         The root's value.
@@ -151,12 +154,16 @@ def broadcast_object(obj, root_rank=0, max_bytes=DEFAULT_MAX_BYTES, serializer="
                               below=runtime.size())
     max_bytes = checks.number("broadcast_object", "max_bytes", max_bytes, integer=True, at_least=0)
     checks.choice("broadcast_object", "serializer", serializer, SERIALIZERS)
+    members = runtime.process_set_ranks(process_set)
+    if root_rank not in members:
+        raise ValueError(f"broadcast_object: root_rank {root_rank} is not in process set {process_set} "
+                         f"(ranks {members})")
     frame = _encode(obj, "broadcast_object", max_bytes, serializer) if runtime.rank() == root_rank else _VALUE
-    frames = _gather_frames("broadcast_object", frame, root_rank, max_bytes, serializer, session)
-    return _decode(frames[root_rank], root_rank, serializer)
+    frames = _gather_frames("broadcast_object", frame, root_rank, max_bytes, serializer, session, process_set)
+    return _decode(frames[members.index(root_rank)], root_rank, serializer)
 
 
-def allgather_object(obj, max_bytes=DEFAULT_MAX_BYTES, serializer="json", session=None):
+def allgather_object(obj, max_bytes=DEFAULT_MAX_BYTES, serializer="json", session=None, process_set=0):
     """Returns a list of every rank's `obj`, in rank order (JSON or signed pickled values: see the module docstring).
 
     Args:
@@ -164,9 +171,11 @@ def allgather_object(obj, max_bytes=DEFAULT_MAX_BYTES, serializer="json", sessio
         max_bytes: the largest encoding accepted per rank.
         serializer: "json" (default) or "pickle" (any picklable value, signed with the job secret).
         session: in a TF1 graph, the session that runs the collectives (default: the default session).
+        process_set: 0 (every rank) or a process set's id (`tfring.ops.add_process_set`): only its
+            ranks call it, and the list holds theirs.
 
     Returns:
-        A list of `size()` values.
+        A list of `size()` values (the set's size with `process_set`), in rank order.
 
     Raises:
         ValueError: on every rank, when some rank's value cannot be encoded, is too large or (pickle)
@@ -181,5 +190,6 @@ def allgather_object(obj, max_bytes=DEFAULT_MAX_BYTES, serializer="json", sessio
     max_bytes = checks.number("allgather_object", "max_bytes", max_bytes, integer=True, at_least=0)
     checks.choice("allgather_object", "serializer", serializer, SERIALIZERS)
     frame = _encode(obj, "allgather_object", max_bytes, serializer)
-    frames = _gather_frames("allgather_object", frame, -1, max_bytes, serializer, session)
-    return [_decode(f, r, serializer) for r, f in enumerate(frames)]  # the first rank's error raises
+    frames = _gather_frames("allgather_object", frame, -1, max_bytes, serializer, session, process_set)
+    members = runtime.process_set_ranks(process_set)
+    return [_decode(f, r, serializer) for r, f in zip(members, frames)]  # the first rank's error raises

@@ -11,9 +11,20 @@ through `example_runner.py`, which:
 - saves every Keras model's trainable weights on every rank when the script ends, so the ranks can be
   compared (BatchNormalization's moving statistics are each rank's own, under Horovod too).
 
+--compare-one-process (the Keras example only) also checks the job against one process trained on N
+times the per-rank batch. The example itself has no such twin: each rank shuffles the whole dataset
+in its own random order, and dropout draws per rank. So both runs get, from the runner only: dropout
+off, the same seed everywhere, a seeded shuffle, and the job's ranks an interleaved shard of that
+stream (`shard(N, rank)` before each `batch(b)`), so that rank r's batch k holds the rows of the
+process's batch k of N x b that fall to it. The one process sees `hvd.size()` = N (its learning
+rate, warm-up and steps are the job's) while its collectives run over itself alone. In float32 the
+two differ by rounding (a sum of 2 x 128 rows against one of 256), which Adam grows: --floatx
+float64 leaves it out.
+
 Usage:
-    python tests/peers/horovod/run_examples.py --np 2 [--max-steps K] [--only NAME ...] [--out FOLDER]
-Exit status 0 when every example exited 0 and its ranks' weights are bit-identical.
+    python tests/peers/horovod/run_examples.py --np 2 [--max-steps K] [--only NAME ...] [--compare-one-process]
+Exit status 0 when every example exited 0 and its ranks' weights are bit-identical (and, compared,
+within 1e-5 of the one process's).
 """
 
 import argparse
@@ -61,6 +72,23 @@ def recording_init(self, *args, **kwargs):
     original_init(self, *args, **kwargs)
     models.append(self)
 keras.Model.__init__ = recording_init
+
+twin = os.environ.get("EXAMPLE_TWIN")  # "job" or "N" (one process standing for N ranks): see run_examples.py
+if twin:
+    keras.config.set_floatx(os.environ["EXAMPLE_FLOATX"])
+    keras.utils.set_random_seed(0)
+    original_dropout, original_shuffle, original_batch = (keras.layers.Dropout.__init__, tf.data.Dataset.shuffle,
+                                                          tf.data.Dataset.batch)
+    keras.layers.Dropout.__init__ = lambda self, rate, *args, **kwargs: original_dropout(self, 0.0, *args, **kwargs)
+    tf.data.Dataset.shuffle = lambda self, buffer_size, seed=None, *args, **kwargs: original_shuffle(
+        self, buffer_size, 0, *args, **kwargs)
+    if twin == "job":
+        n, r = int(os.environ["TFRING_SIZE"]), int(os.environ["TFRING_RANK"])
+        tf.data.Dataset.batch = lambda self, b, *args, **kwargs: original_batch(self.shard(n, r), b, *args, **kwargs)
+    else:
+        import tfring.runtime
+        tfring.runtime.size = lambda: int(twin)
+        tf.data.Dataset.batch = lambda self, b, *args, **kwargs: original_batch(self, b * int(twin), *args, **kwargs)
 
 if cap:
     original_fit, original_take = keras.Model.fit, tf.data.Dataset.take
@@ -113,13 +141,16 @@ def prepare(folder):
     return changes
 
 
-def run_one(name, np_, folder, max_steps, timeout):
-    """Runs one example on `np_` ranks; returns (exit code, log text, {model: [weights per rank]})."""
-    out = os.path.join(folder, name[:-3])
+def run_one(name, np_, folder, max_steps, timeout, twin="", floatx="float32"):
+    """Runs one example on `np_` ranks (`twin`: see the module docstring; "N" runs one plain process);
+    returns (exit code, log text, {model: [weights per rank]})."""
+    out = os.path.join(folder, name[:-3] + (f"-twin{twin}-{floatx}" if twin else ""))
     os.makedirs(out)
-    cmd, env = tfring_job(np_, [sys.executable, os.path.join(folder, "example_runner.py"), os.path.join(folder, name)]
-                          + ARGS.get(name, []), EXAMPLE_OUT=out, EXAMPLE_MAX_STEPS=str(max_steps or 0),
+    command = [sys.executable, os.path.join(folder, "example_runner.py"), os.path.join(folder, name)] + ARGS.get(name, [])
+    cmd, env = tfring_job(np_, command, EXAMPLE_OUT=out, EXAMPLE_MAX_STEPS=str(max_steps or 0), EXAMPLE_TWIN=twin, EXAMPLE_FLOATX=floatx,
                           OFFLINE_MNIST=os.path.join(folder, "mnist.npz"))
+    if twin not in ("", "job"):
+        cmd = command
     try:
         done = subprocess.run(cmd, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=timeout)
@@ -133,12 +164,37 @@ def run_one(name, np_, folder, max_steps, timeout):
     return code, log, weights
 
 
+TWINNED = "tensorflow2_keras_mnist.py"
+TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+
+
+def compare_one_process(np_, folder, max_steps, timeout, floatx):
+    """Runs TWINNED as a job and as one process on np_ x its batch (module docstring), with Keras'
+    float type `floatx`; True when the job's ranks are bit-identical and within TOLERANCE of the one
+    process."""
+    code, log, job = run_one(TWINNED, np_, folder, max_steps, timeout, twin="job", floatx=floatx)
+    code_alone, log_alone, alone = run_one(TWINNED, 1, folder, max_steps, timeout, twin=str(np_), floatx=floatx)
+    if code != 0 or code_alone != 0 or set(job) != set(alone) or not job:
+        print(f"== {TWINNED} against one process: exit {code} (job), {code_alone} (one process)")
+        print("\n".join((log + log_alone).splitlines()[-20:]))
+        return False
+    identical = all(np.array_equal(per_rank[0], w) for per_rank in job.values() for w in per_rank.values())
+    differ = max(float(np.abs(job[m][0] - alone[m][0]).max()) for m in job)
+    print(f"== {TWINNED} against one process on {np_} x the batch (dropout off, {floatx}): ranks bit-identical: "
+          f"{identical}; max |dw| = {differ:.3g} (tolerance {TOLERANCE[floatx]:g})")
+    return identical and differ <= TOLERANCE[floatx]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--max-steps", type=int, default=0, help="cap fit's epochs (2) and steps, and Dataset.take")
-    parser.add_argument("--only", nargs="*", default=None, help="example file names")
+    parser.add_argument("--only", nargs="*", default=None, help="example file names (none: only the comparison)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per example")
+    parser.add_argument("--compare-one-process", action="store_true",
+                        help=f"check {TWINNED}'s job against one process on N x the batch (dropout off)")
+    parser.add_argument("--floatx", choices=sorted(TOLERANCE), default="float32",
+                        help="Keras' float type in the comparison (float64 leaves out float32's rounding)")
     args = parser.parse_args(argv)
     folder = tempfile.mkdtemp(prefix="tfring-horovod-examples-")
     ok = True
@@ -146,7 +202,8 @@ def main(argv=None):
         changes = prepare(folder)
         for name, why in changes:
             print(f"{name}: rewrote {why}")
-        names = args.only or sorted(os.path.basename(p) for p in glob.glob(os.path.join(EXAMPLES, "*.py")))
+        names = args.only if args.only is not None else sorted(
+            os.path.basename(p) for p in glob.glob(os.path.join(EXAMPLES, "*.py")))  # `--only` alone: none
         for name in names:
             code, log, weights = run_one(name, args.np, folder, args.max_steps, args.timeout)
             identical = bool(weights) and all(
@@ -155,6 +212,8 @@ def main(argv=None):
             print(f"== {name}: exit {code}; {len(weights)} model(s); ranks' weights bit-identical: {identical}")
             print("\n".join(log.splitlines()[-12:]))
             ok = ok and code == 0 and identical
+        if args.compare_one_process:
+            ok = compare_one_process(args.np, folder, args.max_steps, args.timeout, args.floatx) and ok
         return 0 if ok else 1
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -154,6 +154,7 @@ def main(argv=None):
     parser.add_argument("--no-graph-rewrites", action="store_true",
                         help="turn TensorFlow's arithmetic rewriting and constant folding off (see README.md)")
     parser.add_argument("--timeout", type=float, default=3000, help="seconds for the whole job")
+    parser.add_argument("--keep", action="store_true", help="keep the folder (job.log, each rank's results) and say where")
     args = parser.parse_args(argv)
     folder = tempfile.mkdtemp(prefix="tfring-horovod-suite-")
     try:
@@ -173,7 +174,10 @@ def main(argv=None):
                            "tests": {k: list(v) for k, v in merged.items()}}, f, indent=1)
         return 0 if code == 0 else 1
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ See `tfring.horovod` for what differs from Horovod. Example:
 >>> tape = hvd.DistributedGradientTape(tape)
 """
 
+from tfring.horovod import elastic
 from tfring.horovod.basics import Adasum
 from tfring.horovod.basics import Average
 from tfring.horovod.basics import Max
@@ -54,6 +55,7 @@ from tfring.horovod.collectives import local_rank_op
 from tfring.horovod.collectives import local_size_op
 from tfring.horovod.collectives import rank_op
 from tfring.horovod.collectives import reducescatter
+from tfring.horovod.collectives import process_set_included_op
 from tfring.horovod.collectives import size_op
 from tfring.horovod.compression import Compression
 from tfring.horovod.gradient_tape import DistributedGradientTape
@@ -74,7 +76,7 @@ __all__ = [
     "allreduce", "alltoall", "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object",
     "broadcast_object_fn",
     "broadcast_variables", "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "join",
-    "local_rank_op", "local_size_op", "rank_op", "reducescatter", "size_op", "Compression",
+    "local_rank_op", "local_size_op", "rank_op", "reducescatter", "size_op", "process_set_included_op", "elastic", "Compression",
     "DistributedGradientTape", "PartialDistributedGradientTape", "DistributedOptimizer", "ProcessSet",
     "add_process_set", "global_process_set", "remove_process_set", "SyncBatchNormalization"
 ]

@@ -81,6 +81,7 @@ class GradientBucket:
         is_last: whether this is the step's last bucket.
         overlap: start collectives so that they overlap the rest of the step (several buckets in
             a graph); otherwise each is one op.
+        process_set: the tfring process set `allreduce` runs over (0: every rank).
 
     Example:
 
@@ -92,6 +93,7 @@ class GradientBucket:
     op: str = "sum"
     is_last: bool = True
     overlap: bool = False
+    process_set: int = 0
 
     def allreduce(self, tensors, op=None):
         """Starts all-reducing `tensors` (one fused collective per dtype).
@@ -105,8 +107,8 @@ class GradientBucket:
         """
         op = op or self.op
         if self.overlap:
-            return Future(collectives.allreduce_start(tensors, op=op).wait)
-        reduced = collectives.allreduce(list(tensors), op=op)
+            return Future(collectives.allreduce_start(tensors, op=op, process_set=self.process_set).wait)
+        reduced = collectives.allreduce(list(tensors), op=op, process_set=self.process_set)
         return Future(lambda: reduced)
 
 
@@ -177,7 +179,7 @@ def for_compression(compression):
     return (None, allreduce_hook) if wire is None else (wire, cast_hook)
 
 
-def run(hook, state, buckets, op, overlap):
+def run(hook, state, buckets, op, overlap, process_set=0):
     """Hands each bucket to `hook`, then waits for every future, checking what comes back.
 
     Args:
@@ -186,6 +188,7 @@ def run(hook, state, buckets, op, overlap):
         buckets: a list of lists of dense tensors, in the order they travel.
         op: "sum" or "mean".
         overlap: whether the buckets' collectives overlap the step (see `GradientBucket`).
+        process_set: the tfring process set the buckets travel over (0: every rank).
 
     Returns:
         A list of lists of reduced tensors, shaped like `buckets`.
@@ -196,7 +199,7 @@ def run(hook, state, buckets, op, overlap):
     """
     futures = []
     for k, gradients in enumerate(buckets):
-        bucket = GradientBucket(k, list(gradients), op, k == len(buckets) - 1, overlap)
+        bucket = GradientBucket(k, list(gradients), op, k == len(buckets) - 1, overlap, process_set)
         future = hook(state, bucket)
         if not isinstance(future, Future):
             raise TypeError(f"tfring: the communication hook {hook_name(hook)} returned {type(future).__name__}, "

@@ -26,6 +26,8 @@ class GradientSettings:
         sparse_as_dense: densify sparse gradients (see `sparse`).
         hook: the communication hook of dense buckets (see `comm_hooks`).
         hook_state: its state.
+        process_set: the tfring process set the gradients are reduced over (0: every rank;
+            `tfring.ops.add_process_set`); `size` is its size.
 
     Example:
 
@@ -37,6 +39,7 @@ class GradientSettings:
     sparse_as_dense: bool = False
     hook: object = comm_hooks.allreduce_hook
     hook_state: object = None
+    process_set: int = 0
     traced: bool = False  # a step has reduced gradients with these settings (the hook is in its graph)
 
     @property
@@ -73,7 +76,7 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False):
             reduced[k] = r
     if slices:
         out = sparse.reduce_slices([grads[k] for k in slices], settings.size, settings.sparse_as_dense,
-                                   mean=op == "mean", as_rows=as_rows)
+                                   mean=op == "mean", as_rows=as_rows, process_set=settings.process_set)
         for k, r in zip(slices, out):
             reduced[k] = r
     return reduced
@@ -87,7 +90,8 @@ def _reduce_dense(settings, values, op, rows):
         # One decision per bucket, so that each bucket waits only for its own gradients.
         buckets = [rows.zero_if_empty(b) for b in buckets]
     reduced = [None] * len(values)
-    travelled = comm_hooks.run(settings.hook, settings.hook_state, buckets, op, overlap=len(buckets) > 1)
+    travelled = comm_hooks.run(settings.hook, settings.hook_state, buckets, op, overlap=len(buckets) > 1,
+                               process_set=settings.process_set)
     for idx, rs in zip(order, travelled):
         for i, r in zip(idx, rs):
             reduced[i] = r

@@ -18,22 +18,23 @@ from tfring.ops import collectives
 from tfring.ops import ordering
 
 
-def _gathered(slices):
+def _gathered(slices, process_set):
     def gather():
-        return collectives.allgather(slices.values), collectives.allgather(tf.cast(slices.indices, tf.int64))
+        return (collectives.allgather(slices.values, process_set=process_set),
+                collectives.allgather(tf.cast(slices.indices, tf.int64), process_set=process_set))
 
     return gather
 
 
-def _densified(slices, dense_rows):
+def _densified(slices, dense_rows, process_set):
     def reduce_dense():
-        dense = collectives.allreduce(tf.convert_to_tensor(slices), op="sum")
+        dense = collectives.allreduce(tf.convert_to_tensor(slices), op="sum", process_set=process_set)
         return dense, tf.range(dense_rows, dtype=tf.int64)
 
     return reduce_dense
 
 
-def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False, as_rows=False):
+def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False, as_rows=False, process_set=0):
     """Sums (or averages) each `tf.IndexedSlices` over the ranks.
 
     Args:
@@ -42,6 +43,7 @@ def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False, as_rows=
         sparse_as_dense: densify every one and all-reduce it.
         mean: divide by `size` (a MEAN reduction) instead of summing.
         as_rows: never densify (gradients about to be clipped), whatever `sparse_as_dense` says.
+        process_set: the tfring process set to reduce over (0: every rank); `size` is its size.
 
     Returns:
         A list of `tf.IndexedSlices` (possibly holding every row, when densified), one per input,
@@ -54,19 +56,20 @@ def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False, as_rows=
     if not slices_list:
         return []
     if as_rows:
-        out = [tf.IndexedSlices(*_gathered(s)(), s.dense_shape) for s in slices_list]
+        out = [tf.IndexedSlices(*_gathered(s, process_set)(), s.dense_shape) for s in slices_list]
     elif sparse_as_dense:
-        reduced = collectives.allreduce([tf.convert_to_tensor(s) for s in slices_list], op="sum")
+        reduced = collectives.allreduce([tf.convert_to_tensor(s) for s in slices_list], op="sum",
+                                        process_set=process_set)
         out = [tf.IndexedSlices(r, tf.range(tf.shape(r, out_type=tf.int64)[0]), s.dense_shape)
                for r, s in zip(reduced, slices_list)]
     else:
         rows = tf.stack([tf.shape(s.indices, out_type=tf.int64)[0] for s in slices_list])
-        total = collectives.allreduce(rows, op="sum")
+        total = collectives.allreduce(rows, op="sum", process_set=process_set)
         out = []
         for k, s in enumerate(slices_list):
             dense_rows = tf.cast(s.dense_shape[0], tf.int64)
             values, indices = ordering.ordered(lambda: tf.cond(
-                total[k] >= 2 * dense_rows, _densified(s, dense_rows), _gathered(s)))
+                total[k] >= 2 * dense_rows, _densified(s, dense_rows, process_set), _gathered(s, process_set)))
             out.append(tf.IndexedSlices(values, indices, s.dense_shape))
     if mean:
         out = [tf.IndexedSlices(s.values / tf.cast(size, s.values.dtype), s.indices, s.dense_shape) for s in out]

@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 from tfring.horovod import collectives as _collectives
+from tfring.horovod import elastic
 from tfring.horovod import optimizer as _optimizer
 from tfring.horovod.basics import Average
 from tfring.horovod.basics import Sum
@@ -51,7 +52,7 @@ __all__ = [
     "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size", "start_timeline",
     "stop_timeline", "broadcast_global_variables", "Compression", "DistributedOptimizer", "ProcessSet",
     "add_process_set", "global_process_set", "remove_process_set", "callbacks", "allreduce", "allgather",
-    "broadcast", "reducescatter", "load_model"
+    "broadcast", "reducescatter", "load_model", "elastic"
 ]
 
 

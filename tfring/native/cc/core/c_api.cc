@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <vector>
 
 #include "rendezvous/hmac.h"
 #include "runtime.h"
@@ -132,6 +133,45 @@ int tfring_sign_object(const void* data, size_t n, unsigned char* out) {
   const tfring::Digest d = tfring::hmacSha256(rt->config().secret, message.data(), message.size());
   std::memcpy(out, d.data(), d.size());
   return 0;
+}
+
+// Adds the process set of the n job ranks at `ranks` (process_sets.h) and writes its id to *id.
+// Every rank of the job calls it with the same ranks; members block until all members have come.
+int tfring_add_process_set(const int* ranks, int n, int* id, char* err, size_t errlen) {
+  auto rt = Runtime::current();
+  if (!rt) return report("tfring.init() has not been called", Code::kFailedPrecondition, err, errlen);
+  try {
+    *id = rt->processSets().add(std::vector<int>(ranks, ranks + n));
+    return 0;
+  } catch (const Error& e) {
+    return report(e.what(), e.code(), err, errlen);
+  }
+}
+
+// The id of the process set of the n ranks at `ranks`, or -1 (none, or before init).
+int tfring_process_set_id(const int* ranks, int n) {
+  auto rt = Runtime::current();
+  return rt ? rt->processSets().idOf(std::vector<int>(ranks, ranks + n)) : -1;
+}
+
+// 1 when process set `id` existed and is removed, 0 otherwise (or before init).
+int tfring_remove_process_set(int id) {
+  auto rt = Runtime::current();
+  return rt && rt->processSets().remove(id) ? 1 : 0;
+}
+
+// Writes the ranks of process set `id` (at most `cap`) to `ranks` and their count to *n.
+int tfring_process_set_ranks(int id, int* ranks, int cap, int* n, char* err, size_t errlen) {
+  auto rt = Runtime::current();
+  if (!rt) return report("tfring.init() has not been called", Code::kFailedPrecondition, err, errlen);
+  try {
+    const std::vector<int> members = rt->processSets().ranks(id);
+    *n = static_cast<int>(members.size());
+    for (int k = 0; k < *n && k < cap; ++k) ranks[k] = members[k];
+    return 0;
+  } catch (const Error& e) {
+    return report(e.what(), e.code(), err, errlen);
+  }
 }
 
 int tfring_barrier_raw(char* err, size_t errlen) {

@@ -41,7 +41,8 @@ Runtime::Runtime(const Config& config) : config_(config) {
     store_ = std::make_shared<PrefixStore>(config.jobId, client);
     rings = connectRings(config, *store_);
   }
-  engine_ = std::make_unique<Engine>(config, std::move(rings), store_);
+  engine_ = std::make_shared<Engine>(config, std::move(rings), store_);
+  sets_ = std::make_unique<ProcessSets>(config, engine_, store_);
 }
 
 void Runtime::init(const Config& config) {

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "engine/engine.h"
 #include "engine/tickets.h"
+#include "process_sets.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store.h"
 
@@ -24,6 +25,8 @@ class Runtime {
   explicit Runtime(const Config& config);
   const Config& config() const { return config_; }
   Engine& engine() { return *engine_; }
+  // Horovod's process sets; set 0 is engine().
+  ProcessSets& processSets() { return *sets_; }
   // Collectives started by one op and waited for by another (gradient buckets).
   Tickets& tickets() { return tickets_; }
 
@@ -32,7 +35,8 @@ class Runtime {
   std::unique_ptr<TcpStoreServer> server_;
   std::shared_ptr<Store> store_;
   Tickets tickets_;  // before engine_: the engine's last callbacks may still reach it
-  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<Engine> engine_;
+  std::unique_ptr<ProcessSets> sets_;  // after engine_: the sets' engines stop first
 };
 
 }  // namespace tfring

@@ -69,6 +69,15 @@ std::shared_ptr<Runtime> runtimeOrFail(OpKernelContext* ctx) {
   return rt;
 }
 
+std::shared_ptr<Engine> engineOrFail(OpKernelContext* ctx, Runtime& rt, int processSet) {
+  try {
+    return rt.processSets().engine(processSet);
+  } catch (const Error& e) {
+    ctx->SetStatus(toTf(Status::error(e.code(), std::string("tfring: ") + e.what())));
+    return nullptr;
+  }
+}
+
 std::function<void(const Status&)> finisher(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done) {
   return [ctx, done](const Status& s) {
     if (!s.ok()) ctx->SetStatus(toTf(s));
@@ -77,6 +86,7 @@ std::function<void(const Status&)> finisher(OpKernelContext* ctx, AsyncOpKernel:
 }
 
 ListCollectiveOp::ListCollectiveOp(OpKernelConstruction* c, OpKind kind) : AsyncOpKernel(c), kind_(kind) {
+  OP_REQUIRES_OK(c, c->GetAttr("process_set", &set_));
   if (kind == OpKind::kAllreduce) {
     std::string op;
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
@@ -109,15 +119,18 @@ void ListCollectiveOp::ComputeAsync(OpKernelContext* ctx, DoneCallback done) {
   req.name = name();
   req.op = op_;
   req.root = root_;
-  if (kind_ == OpKind::kBroadcast && root_ >= rt->config().size) {
-    ctx->SetStatus(tensorflow::errors::InvalidArgument(
-        "tfring.broadcast: root_rank ", root_, " is not a rank of this job of size ", rt->config().size));
+  auto engine = engineOrFail(ctx, *rt, set_);
+  if (!engine) return done();
+  if (kind_ == OpKind::kBroadcast && root_ >= engine->size()) {
+    ctx->SetStatus(tensorflow::errors::InvalidArgument("tfring.broadcast: root_rank ", root_,
+                                                       " is not a rank of this job (or process set) of size ",
+                                                       engine->size()));
     return done();
   }
   OP_REQUIRES_OK_ASYNC(ctx, describeList(ctx, ctx->num_inputs(), &req), done);
   if (!prepare(ctx, *rt, &req)) return done();
   req.done = finisher(ctx, done);
-  rt->engine().enqueue(std::move(req));
+  engine->enqueue(std::move(req));
 }
 
 namespace {
@@ -139,6 +152,7 @@ class AllreduceStartOp : public tensorflow::OpKernel {
   explicit AllreduceStartOp(OpKernelConstruction* c) : OpKernel(c) {
     std::string op;
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &set_));
     op_ = parseReduceOp(op);
   }
 
@@ -149,6 +163,8 @@ class AllreduceStartOp : public tensorflow::OpKernel {
   void Compute(OpKernelContext* ctx) override {
     auto rt = runtimeOrFail(ctx);
     if (!rt) return;
+    auto engine = engineOrFail(ctx, *rt, set_);
+    if (!engine) return;
     Request req;
     req.kind = OpKind::kAllreduce;
     req.name = name();
@@ -162,13 +178,13 @@ class AllreduceStartOp : public tensorflow::OpKernel {
     }
     Tensor* ticket = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(n, TensorShape({}), &ticket));
-    Engine& engine = rt->engine();
     ticket->scalar<int64_t>()() = static_cast<int64_t>(
-        rt->tickets().start(std::move(req), held, [&engine](Request r) { engine.enqueue(std::move(r)); }));
+        rt->tickets().start(std::move(req), held, [&engine](Request r) { engine->enqueue(std::move(r)); }));
   }
 
  private:
   ReduceOp op_ = ReduceOp::kSum;
+  int set_ = 0;
 };
 
 // The second half: completes when the ticket's collective has, passing its buffers on.
@@ -194,11 +210,15 @@ class AllreduceDoneOp : public AsyncOpKernel {
 
 class AllgatherOp : public AsyncOpKernel {
  public:
-  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &set_));
+  }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     auto rt = runtimeOrFail(ctx);
     if (!rt) return done();
+    auto engine = engineOrFail(ctx, *rt, set_);
+    if (!engine) return done();
     const Tensor& in = ctx->input(0);
     OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
                       tensorflow::errors::InvalidArgument(
@@ -226,8 +246,11 @@ class AllgatherOp : public AsyncOpKernel {
       return const_cast<char*>(out->tensor_data().data());
     };
     req.done = finisher(ctx, done);
-    rt->engine().enqueue(std::move(req));
+    engine->enqueue(std::move(req));
   }
+
+ private:
+  int set_ = 0;
 };
 
 // A list in, each rank's share of its rows out (reducescatterRows), one fused collective.
@@ -236,19 +259,22 @@ class ReducescatterOp : public AsyncOpKernel {
   explicit ReducescatterOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     std::string op;
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &set_));
     op_ = parseReduceOp(op);
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     auto rt = runtimeOrFail(ctx);
     if (!rt) return done();
+    auto engine = engineOrFail(ctx, *rt, set_);
+    if (!engine) return done();
     Request req;
     req.kind = OpKind::kReducescatter;
     req.name = name();
     req.op = op_;
     OP_REQUIRES_ASYNC(ctx, coreType(ctx->input_dtype(0), &req.type),
                       tensorflow::errors::InvalidArgument("tfring: unsupported dtype"), done);
-    const int size = rt->config().size, rank = rt->config().rank;
+    const int size = engine->size(), rank = engine->rank();
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       const Tensor& in = ctx->input(i);
       OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
@@ -264,20 +290,25 @@ class ReducescatterOp : public AsyncOpKernel {
                              static_cast<size_t>(in.TotalBytes()), dims(in.shape())});
     }
     req.done = finisher(ctx, done);
-    rt->engine().enqueue(std::move(req));
+    engine->enqueue(std::move(req));
   }
 
  private:
   ReduceOp op_ = ReduceOp::kSum;
+  int set_ = 0;
 };
 
 class AlltoallOp : public AsyncOpKernel {
  public:
-  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &set_));
+  }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     auto rt = runtimeOrFail(ctx);
     if (!rt) return done();
+    auto engine = engineOrFail(ctx, *rt, set_);
+    if (!engine) return done();
     const Tensor& in = ctx->input(0);
     const Tensor& splits = ctx->input(1);
     OP_REQUIRES_ASYNC(ctx, splits.dims() == 1,
@@ -309,25 +340,34 @@ class AlltoallOp : public AsyncOpKernel {
       return const_cast<char*>(out->tensor_data().data());
     };
     req.done = finisher(ctx, done);
-    rt->engine().enqueue(std::move(req));
+    engine->enqueue(std::move(req));
   }
+
+ private:
+  int set_ = 0;
 };
 
 class BarrierOp : public AsyncOpKernel {
  public:
-  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("label", &label_)); }
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("label", &label_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &set_));
+  }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     auto rt = runtimeOrFail(ctx);
     if (!rt) return done();
+    auto engine = engineOrFail(ctx, *rt, set_);
+    if (!engine) return done();
     Request req;
     req.kind = OpKind::kBarrier;
     req.name = label_.empty() ? name() : label_;
     req.done = finisher(ctx, done);
-    rt->engine().enqueue(std::move(req));
+    engine->enqueue(std::move(req));
   }
 
  private:
   std::string label_;
+  int set_ = 0;
 };
 
 class JoinOp : public AsyncOpKernel {

@@ -20,6 +20,9 @@ bool coreType(tensorflow::DataType t, DataType* out);
 std::vector<int64_t> dims(const tensorflow::TensorShape& s);
 // The runtime, or null after setting an error on ctx that says to call init.
 std::shared_ptr<Runtime> runtimeOrFail(tensorflow::OpKernelContext* ctx);
+// The engine of process set `processSet` (attr process_set; 0 is the whole job), or null after
+// setting InvalidArgument on ctx: no such set, or this rank is not in it.
+std::shared_ptr<Engine> engineOrFail(tensorflow::OpKernelContext* ctx, Runtime& rt, int processSet);
 // Allocates outputs 0..count-1 like inputs 0..count-1 (output_blocks.h) and describes both in `req`.
 absl::Status describeList(tensorflow::OpKernelContext* ctx, int count, Request* req);
 std::function<void(const Status&)> finisher(tensorflow::OpKernelContext* ctx,
@@ -40,6 +43,7 @@ class ListCollectiveOp : public tensorflow::AsyncOpKernel {
   OpKind kind_;
   ReduceOp op_ = ReduceOp::kSum;
   int root_ = 0;
+  int set_ = 0;
 };
 
 }  // namespace tfring

@@ -36,6 +36,7 @@ REGISTER_OP("TfringAllreduce")
     .Attr("T: {half, bfloat16, float, double, int32, int64}")
     .Attr("N: int >= 1")
     .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
+    .Attr("process_set: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn(sameShapes)
     .Doc(R"doc(
@@ -51,6 +52,7 @@ REGISTER_OP("TfringAllreduceStart")
     .Attr("T: {half, bfloat16, float, double, int32, int64}")
     .Attr("N: int >= 1")
     .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
+    .Attr("process_set: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
@@ -85,6 +87,7 @@ REGISTER_OP("TfringBroadcast")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
     .Attr("N: int >= 1")
     .Attr("root_rank: int >= 0 = 0")
+    .Attr("process_set: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn(sameShapes)
     .Doc(R"doc(
@@ -96,6 +99,7 @@ REGISTER_OP("TfringAllgather")
     .Input("tensor: T")
     .Output("gathered: T")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
+    .Attr("process_set: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) { return firstDimUnknown(c, 0, 0); })
     .Doc(R"doc(
@@ -110,6 +114,7 @@ REGISTER_OP("TfringReducescatter")
     .Attr("T: {half, bfloat16, float, double, int32, int64}")
     .Attr("N: int >= 1")
     .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
+    .Attr("process_set: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) TF_RETURN_IF_ERROR(firstDimUnknown(c, i, i));
@@ -128,6 +133,7 @@ REGISTER_OP("TfringAlltoall")
     .Output("received: T")
     .Output("received_splits: int64")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
+    .Attr("process_set: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(1, c->Vector(c->UnknownDim()));
@@ -142,6 +148,7 @@ each rank. The dimensions after the first must match on every rank.
 REGISTER_OP("TfringBarrier")
     .Attr("label: string = ''")
     .SetIsDistributedCommunication()
+    .Attr("process_set: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(

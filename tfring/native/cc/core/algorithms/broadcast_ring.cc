@@ -12,7 +12,7 @@ void ringBroadcast(Transport* t, int size, int root, const IoList& data, Deadlin
   const size_t bytes = totalBytes(data);
   const size_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
   const bool isRoot = t->rank() == root;
-  const bool forwards = t->right() != root;  // the last rank before the root only receives
+  const bool forwards = (t->rank() + 1) % size != root;  // the last position before the root only receives
   auto chunk = [&](size_t c) {
     size_t start = c * kChunkBytes;
     return sliceIo(data, start, std::min(kChunkBytes, bytes - start));

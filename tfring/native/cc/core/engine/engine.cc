@@ -20,8 +20,9 @@ namespace {
 constexpr double kReportSeconds = 2.0;
 }  // namespace
 
-Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store)
+Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store, std::string scope)
     : config_(config),
+      scope_(scope.empty() ? "" : std::move(scope) + ": "),
       rings_(std::move(rings)),
       store_(std::move(store)),
       stall_(config.rank, config.size, config.stallWarning, config.collectiveTimeout, store_,
@@ -96,11 +97,11 @@ void Engine::execute(Request& r) {
     r.done(Status());
   } catch (const PeerError& e) {
     stall_.end();  // the watch leaves the store to the failure's report
-    r.done(fail(std::string("tfring.") + kindName(r.kind) + " '" + r.name + "' failed on rank " +
+    r.done(fail(scope_ + "tfring." + kindName(r.kind) + " '" + r.name + "' failed on rank " +
                     std::to_string(config_.rank) + ": " + e.what(),
                 e.rank()));
   } catch (const Error& e) {
-    r.done(Status::error(e.code(), e.what()));
+    r.done(Status::error(e.code(), scope_ + e.what()));
   } catch (const std::exception& e) {
     r.done(Status::error(Code::kInternal, e.what()));
   }

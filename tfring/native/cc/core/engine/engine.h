@@ -43,11 +43,15 @@ class Engine {
  public:
   // `store` (may be null) is only used to leave and read the reason of a failure.
   // `rings.world` is null for a job of one rank (a bare Transport converts to world-only Rings).
-  Engine(const Config& config, Rings rings, std::shared_ptr<Store> store);
+  // `scope`, when given, starts the message of every failure (a process set's engine names its set).
+  Engine(const Config& config, Rings rings, std::shared_ptr<Store> store, std::string scope = "");
   ~Engine();
   // Never blocks; `done` runs on the engine thread (or here, if the engine already failed).
   void enqueue(Request request);
   std::string transportName() const;
+  // This rank's position in the engine's ring, and the ring's size.
+  int rank() const { return config_.rank; }
+  int size() const { return config_.size; }
   const Traffic& traffic() const { return traffic_; }
 
  private:
@@ -83,6 +87,7 @@ class Engine {
   Status fail(const std::string& what, int peer);
 
   Config config_;
+  std::string scope_;
   Rings rings_;
   std::shared_ptr<Store> store_;
   std::vector<uint8_t> fusion_;

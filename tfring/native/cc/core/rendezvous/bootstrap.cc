@@ -213,21 +213,19 @@ std::string rankList(const std::vector<int>& ranks) {
 
 // A ring over some of the job's ranks, with its own keys in the store, its own data connections
 // and shared-memory segments, listening where the world ring does (ranks that share a host id may
-// still sit in different network namespaces). `transport` is the world ring's (ringTransport).
+// still sit in different network namespaces). `transport` is the world ring's (ringTransport);
+// `what` names the ring's use in errors.
 std::unique_ptr<Transport> connectSubring(const Config& c, Store& store, const std::string& name,
-                                          const std::vector<int>& members, const std::string& transport) {
-  Config sub = c;
-  sub.rank = static_cast<int>(std::find(members.begin(), members.end(), c.rank) - members.begin());
-  sub.size = static_cast<int>(members.size());
-  sub.jobId = c.jobId + "." + name;
-  sub.localSize = c.localSize == c.size ? sub.size : 1;
+                                          const std::vector<int>& members, const std::string& transport,
+                                          const std::string& what) {
+  Config sub = subringConfig(c, name, members);
   sub.transport = transport;
   PrefixStore prefixed(name, std::shared_ptr<Store>(&store, [](Store*) {}));
   try {
     return connectGroup(sub, prefixed, members, nullptr);
   } catch (const Error& e) {
-    throw Error(e.code(), "linking the ring " + name + " of the hierarchical allreduce (job ranks " +
-                              rankList(members) + "; ranks below count positions in it): " + e.what());
+    throw Error(e.code(), "linking the ring " + name + " of " + what + " (job ranks " + rankList(members) +
+                              "; ranks below count positions in it): " + e.what());
   }
 }
 
@@ -254,13 +252,32 @@ void addHostRings(const Config& c, Store& store, const HostLayout& layout, const
   for (int i = 0; i < perHost; ++i) local.push_back(host * perHost + i);
   for (int h = 0; h < layout.hosts; ++h) cross.push_back(h * perHost + index);
   const std::string transport = ringTransport(c.transport, world, c.mixedRing);
-  rings->local = connectSubring(c, store, "host" + std::to_string(host), local, transport);
-  rings->cross = connectSubring(c, store, "across" + std::to_string(index), cross, transport);
+  const std::string what = "the hierarchical allreduce";
+  rings->local = connectSubring(c, store, "host" + std::to_string(host), local, transport, what);
+  rings->cross = connectSubring(c, store, "across" + std::to_string(index), cross, transport, what);
   rings->localSize = perHost;
   rings->hosts = layout.hosts;
 }
 
 }  // namespace
+
+Config subringConfig(const Config& c, const std::string& name, const std::vector<int>& members) {
+  Config sub = c;
+  sub.rank = static_cast<int>(std::find(members.begin(), members.end(), c.rank) - members.begin());
+  sub.size = static_cast<int>(members.size());
+  sub.jobId = c.jobId + "." + name;
+  sub.localSize = c.localSize == c.size ? sub.size : 1;
+  return sub;
+}
+
+std::unique_ptr<Transport> connectProcessSet(const Config& c, Store& store, const std::string& name,
+                                             const std::vector<int>& members) {
+  Config sub = c;
+  // A process may let only one other read its memory (mapSegments' PR_SET_PTRACER), and that is
+  // its right neighbour in the world ring: a set's shared-memory links copy through the segment.
+  sub.singleCopy = false;
+  return connectSubring(sub, store, name, members, c.transport, "process set " + name);
+}
 
 std::unique_ptr<Transport> connectRing(const Config& c, Store& store) {
   if (c.size == 1) return nullptr;

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "config.h"
 #include "rendezvous/store.h"
@@ -25,5 +27,14 @@ std::unique_ptr<Transport> connectRing(const Config& config, Store& store);
 // across hosts. Throws as connectRing does, and kInvalidArgument when allreduce_algorithm is
 // hierarchical but the layout cannot be.
 Rings connectRings(const Config& config, Store& store);
+
+// The ring of a process set (process_sets.h): `members` are job ranks in ring order, this rank
+// among them; every member calls this with the same `name` and `members`. Throws as connectRing.
+std::unique_ptr<Transport> connectProcessSet(const Config& config, Store& store, const std::string& name,
+                                             const std::vector<int>& members);
+
+// `config` as a ring over `members` sees it: rank and size become this rank's position and the
+// member count, and the job id (which names shared-memory segments) gains `name`.
+Config subringConfig(const Config& config, const std::string& name, const std::vector<int>& members);
 
 }  // namespace tfring

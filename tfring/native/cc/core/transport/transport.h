@@ -102,8 +102,8 @@ class Transport {
   virtual std::string name() const = 0;
 
   // This rank's position in the ring (its job rank in the world ring); left() and right() are
-  // the neighbours' job ranks, for messages. Algorithms that compare ranks with positions
-  // (broadcast's root) run on the world ring only, where the two are equal.
+  // the neighbours' job ranks, for messages only: in a sub-ring (a host's, a process set's) they
+  // are not positions, so algorithms count in rank() and the ring's size.
   int rank() const { return rank_; }
   int left() const { return left_; }
   int right() const { return right_; }

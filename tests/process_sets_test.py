@@ -1,0 +1,67 @@
+"""Process sets through `tfring.ops` on 3 ranks: every collective runs over a set's ranks only
+(eagerly and in a `tf.function` with buckets), a set of one rank is an identity, a rank outside a
+set is refused, ranks that pass different sets all fail saying so, and removed sets are gone.
+Horovod's own process-set tests run in tests/horovod_suite_test.py.
+"""
+
+import pytest
+
+from tfring_dev.testing import rank_lines
+
+pytestmark = pytest.mark.multiprocess
+
+SCRIPT = r'''
+import tensorflow as tf
+import tfring
+from tfring import ops
+
+r = tfring.rank()
+try:
+    ops.add_process_set([0, 1] if r == 0 else [0, 2])
+except ValueError as e:
+    print("MISMATCH", "rank 0 passed [0, 1], rank 1 [0, 2]" in str(e))
+evens, odd = ops.add_process_set([2, 0]), ops.add_process_set([1])
+try:
+    if r in (0, 2):
+        x = tf.constant([float(r + 1)] * 3)
+        print("SUM", ops.allreduce(x, process_set=evens).numpy()[0])
+        print("MEAN", ops.allreduce(x, op="mean", process_set=evens).numpy()[0])
+        print("BROADCAST", ops.broadcast(x, root_rank=2, process_set=evens).numpy()[0])
+        print("GATHER", ops.allgather(tf.constant([r]), process_set=evens).numpy().tolist())
+        rows = ops.reducescatter(tf.constant([[1.0], [2.0]]) * (r + 1), process_set=evens)
+        print("SCATTER", rows.numpy().ravel().tolist())
+        print("ALLTOALL", ops.alltoall(tf.constant([r, r + 10]), process_set=evens)[0].numpy().tolist())
+
+        @tf.function
+        def step(a, b):
+            return ops.allreduce_buckets([[a], [b]], process_set=evens)
+
+        out = step(tf.ones([4]) * r, tf.ones([2]))
+        print("BUCKETS", out[0][0].numpy()[0], out[1][0].numpy()[0])
+        print("OBJECTS", tfring.allgather_object({"r": r}, process_set=evens))
+    else:
+        print("ALONE", ops.allreduce(tf.constant([5.0]), process_set=odd).numpy()[0])
+        try:
+            ops.allreduce(tf.constant([1.0]), process_set=evens)
+        except tf.errors.InvalidArgumentError as e:
+            print("OUTSIDE", "rank 1 is not in process set" in str(e))
+    print("WHOLE", ops.allreduce(tf.constant([1.0])).numpy()[0])
+finally:
+    print("REMOVED", ops.remove_process_set(evens), ops.remove_process_set(odd))
+try:
+    ops.process_set_ranks(evens)
+except ValueError as e:
+    print("GONE", "no process set" in str(e))
+'''
+
+
+def test_collectives_run_over_a_process_sets_ranks_only(warm):
+    job = warm.run_job(3, SCRIPT, pool="horovod")
+    assert job.returncode == 0, job.stderr[-3000:] + job.stdout[-3000:]
+    common = ["MISMATCH True"]
+    end = ["WHOLE 3.0", "REMOVED True True", "GONE True"]
+    evens = {0: ["SCATTER [4.0]", "ALLTOALL [0, 2]"], 2: ["SCATTER [8.0]", "ALLTOALL [10, 12]"]}
+    for r in (0, 2):
+        assert rank_lines(job.stdout, r) == common + ["SUM 4.0", "MEAN 2.0", "BROADCAST 3.0", "GATHER [0, 2]"] + \
+            evens[r] + ["BUCKETS 2.0 2.0", "OBJECTS [{'r': 0}, {'r': 2}]"] + end, job.stdout[-3000:]
+    assert rank_lines(job.stdout, 1) == common + ["ALONE 5.0", "OUTSIDE True"] + end, job.stdout[-3000:]
