@@ -103,6 +103,37 @@ def test_collectives_equal_numpy_across_hosts(request, layout, algorithm):
     _no_ranks_left(hosts)
 
 
+PROCESS_SETS = """
+import tensorflow as tf
+import tfring
+from tfring import ops
+
+r = tfring.rank()
+across = [ops.add_process_set([0, 2]), ops.add_process_set([1, 3])]  # host a's rank with host b's: TCP
+inside = ops.add_process_set([0, 1])  # host a's two ranks: shared memory
+mine = across[r % 2]
+x = tf.fill([300000], float(r + 1))  # over the gathered allreduce's budget: the set's ring
+print("SUM", ops.allreduce(x, process_set=mine).numpy()[[0, -1]].tolist())
+print("ROOT", ops.broadcast(x, root_rank=r % 2 + 2, process_set=mine).numpy()[0])
+print("GATHER", ops.allgather(tf.constant([r]), process_set=mine).numpy().tolist())
+if r < 2:
+    print("INSIDE", ops.allreduce(x, process_set=inside).numpy()[0])
+print("WHOLE", ops.allreduce(tf.constant([1.0])).numpy()[0])
+"""
+
+
+def test_process_sets_across_hosts_and_inside_one(two_hosts):
+    proc = launch(two_hosts, (2, 2), PROCESS_SETS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(4):
+        partner = (r + 2) % 4
+        expected = [f"SUM {[float(r + partner + 2)] * 2}", f"ROOT {float(r % 2 + 3)}",
+                    f"GATHER {sorted([r, partner])}"]
+        expected += ["INSIDE 3.0"] if r < 2 else []
+        assert rank_lines(proc.stdout, r) == expected + ["WHOLE 4.0"], proc.stdout[-3000:]
+    _no_ranks_left(two_hosts)
+
+
 def test_fit_across_hosts_equals_one_process(two_hosts, tmp_path):
     env = {"OPT": "adam", "INPUT": "dataset", "OUT": str(tmp_path)}
     _single(tmp_path, env)

@@ -14,6 +14,11 @@ Usage:
 --no-graph-rewrites turns TensorFlow's arithmetic rewriting and constant folding off in every rank
 (the tests' TF1 sessions and tf.functions): on 3 ranks some tests' references are otherwise rewritten
 ((x*3)/3 -> x) and differ from an exact reduction in the last bit (README.md).
+
+--horovod-python PY runs the same files, unchanged, under Horovod itself: PY is the Python of an
+environment with Horovod, pytest, mock, parameterized and cloudpickle (`make bench-horovod` builds
+Horovod 0.28.1 in .venv-horovod), launched with its `horovodrun --gloo`. What tfring fails and
+Horovod fails too is a limit of the test, not of tfring (README.md).
 """
 
 import argparse
@@ -69,16 +74,16 @@ tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False, 
 '''
 
 
-def prepare(folder, graph_rewrites=True):
-    """Copies the upstream files into `folder` with their import lines rewritten (and, without
-    `graph_rewrites`, a conftest.py turning TensorFlow's arithmetic rewriting off); returns the
-    count of lines changed."""
+def prepare(folder, graph_rewrites=True, rewrite=True):
+    """Copies the upstream files into `folder` with their import lines rewritten (unless not
+    `rewrite`; and, without `graph_rewrites`, a conftest.py turning TensorFlow's arithmetic rewriting
+    off); returns the count of lines changed."""
     changed = 0
     for name in os.listdir(UPSTREAM):
         if not name.endswith(".py"):
             continue
         text = open(os.path.join(UPSTREAM, name)).read()
-        for pattern, replacement in REWRITES:
+        for pattern, replacement in REWRITES if rewrite else []:
             text, n = pattern.subn(replacement, text)
             changed += n
         with open(os.path.join(folder, name), "w") as f:
@@ -98,15 +103,26 @@ def tfring_job(np_, command, **env):
     return [sys.executable, "-m", "tfring", "run", "-np", str(np_), "--timeout", "60"] + command, job_env
 
 
-def run(np_, files, folder, timeout, select=None):
-    """Runs pytest on every rank of a `tfring run -np np_` job (only the tests `select`, a pytest
-    `-k` expression, picks); returns the launcher's exit code."""
-    rank_cmd = ("PMI_RANK=$TFRING_RANK PMI_SIZE=$TFRING_SIZE exec " + sys.executable +
+def horovod_job(python, np_, command, **env):
+    """As `tfring_job`, under Horovod's own `horovodrun --gloo` from `python`'s environment."""
+    job_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1", OMP_NUM_THREADS="1", **env)
+    job_env["PATH"] = os.path.dirname(python) + os.pathsep + job_env.get("PATH", "")
+    horovodrun = os.path.join(os.path.dirname(python), "horovodrun")
+    return [horovodrun, "-np", str(np_), "--gloo", "-H", f"localhost:{np_}"] + command, job_env
+
+
+def run(np_, files, folder, timeout, select=None, horovod_python=None):
+    """Runs pytest on every rank of a `tfring run -np np_` job (or, with `horovod_python`, of a Horovod
+    job) (only the tests `select`, a pytest `-k` expression, picks); returns the launcher's exit code."""
+    rank = "$HOROVOD_RANK" if horovod_python else "$TFRING_RANK"
+    rank_cmd = (("" if horovod_python else "PMI_RANK=$TFRING_RANK PMI_SIZE=$TFRING_SIZE ") + "exec " +
+                (horovod_python or sys.executable) +
                 " -m pytest -p no:cacheprovider -q -o python_files='test_*.py' --rootdir=. "
-                "--junitxml=results-rank$TFRING_RANK.xml " + (f"-k {shlex.quote(select)} " if select else "") +
+                f"--junitxml=results-rank{rank}.xml " + (f"-k {shlex.quote(select)} " if select else "") +
                 " ".join(files))
-    cmd, env = tfring_job(np_, ["sh", "-c", rank_cmd],
-                          PYTHONPATH=folder + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    path = folder + os.pathsep + os.environ.get("PYTHONPATH", "")
+    cmd, env = (horovod_job(horovod_python, np_, ["sh", "-c", rank_cmd], PYTHONPATH=path) if horovod_python
+                else tfring_job(np_, ["sh", "-c", rank_cmd], PYTHONPATH=path))
     with open(os.path.join(folder, "job.log"), "w") as log:
         try:
             return subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -154,14 +170,17 @@ def main(argv=None):
     parser.add_argument("--no-graph-rewrites", action="store_true",
                         help="turn TensorFlow's arithmetic rewriting and constant folding off (see README.md)")
     parser.add_argument("--timeout", type=float, default=3000, help="seconds for the whole job")
+    parser.add_argument("--horovod-python", default=None,
+                        help="run the files unchanged under Horovod itself, from this Python's environment")
     parser.add_argument("--keep", action="store_true", help="keep the folder (job.log, each rank's results) and say where")
     args = parser.parse_args(argv)
     folder = tempfile.mkdtemp(prefix="tfring-horovod-suite-")
     try:
-        changed = prepare(folder, graph_rewrites=not args.no_graph_rewrites)
-        code = run(args.np, args.files, folder, args.timeout, args.select)
+        changed = prepare(folder, graph_rewrites=not args.no_graph_rewrites, rewrite=not args.horovod_python)
+        code = run(args.np, args.files, folder, args.timeout, args.select, args.horovod_python)
         merged, counts = summarize(results(folder, args.np), args.np)
-        print(f"Horovod's tests on tfring.horovod, {args.np} ranks ({changed} import lines rewritten): "
+        under = "Horovod itself" if args.horovod_python else "tfring.horovod"
+        print(f"Horovod's tests on {under}, {args.np} ranks ({changed} import lines rewritten): "
               f"launcher exit {code}; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         for name, (outcome, message) in sorted(merged.items()):
             if outcome not in ("passed",):
