@@ -26,6 +26,7 @@ from tfring.launch import cluster
 from tfring.launch import core_binding
 from tfring.launch import forwarding
 from tfring.launch import hosts as hostlist
+from tfring.launch import interpreter
 from tfring.launch import local_rank
 from tfring.launch import output
 from tfring.launch import remote_rank
@@ -280,6 +281,9 @@ def run(command, num_processes, options=None):
     """
     if not command:
         raise ValueError("tfring run: no command given")
+    command, note = interpreter.resolve(command, os.environ)
+    if note:
+        print(note, file=sys.stderr)
     job = Job(command, num_processes, options)
     previous = {s: signal.signal(s, job.supervisor.record_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

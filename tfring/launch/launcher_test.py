@@ -417,3 +417,17 @@ def test_what_a_rank_left_running_ends_with_the_job(end):
         proc.communicate()
         if child and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.multiprocess
+def test_a_bare_python_runs_the_launchers_own_interpreter(tmp_path):
+    # Another `python` first on PATH, as the system's is when tfring's environment is not activated.
+    other = tmp_path / "python"
+    other.write_text("#!/bin/sh\necho 'the other python ran'\nexit 3\n")
+    other.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    proc = _run(["-np", "1", "python", "-c", "import sys; print('ran', sys.prefix)"], env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"[0] ran {sys.prefix}" in proc.stdout, proc.stdout
+    note, = [line for line in proc.stderr.splitlines() if "tfring run: `python`" in line]
+    assert str(other) in note and sys.executable in note, note
