@@ -431,3 +431,32 @@ def test_a_bare_python_runs_the_launchers_own_interpreter(tmp_path):
     assert f"[0] ran {sys.prefix}" in proc.stdout, proc.stdout
     note, = [line for line in proc.stderr.splitlines() if "tfring run: `python`" in line]
     assert str(other) in note and sys.executable in note, note
+
+
+TF_LOGS = r'''
+import os, sys
+r = int(os.environ["TFRING_RANK"])
+stamp = lambda: f"2026-11-26 18:55:5{r}.56586{r}"
+sys.stderr.write(f"{stamp()}: I tensorflow/core/platform/cpu_feature_guard.cc:210] This TensorFlow binary is optimized\n"
+                 "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow.\n")
+for fit in range(2):
+    sys.stderr.write(f"{stamp()}: W tensorflow/core/grappler/optimizers/data/auto_shard.cc:787] AUTO sharding policy "
+                     'will apply DATA sharding policy: Found an unshardable source dataset: name: "TensorSliceDataset/_2"\n'
+                     'op: "TensorSliceDataset"\nattr {\n  key: "Toutput_types"\n}\n')
+    sys.stderr.flush()
+sys.stderr.write(f"rank {r} says\n")
+sys.stderr.write(f"{stamp()}: E tensorflow/core/framework/local_rendezvous.cc:404] rank {r} is aborting\n")
+'''
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("all_output", [False, True])
+def test_tensorflows_start_up_and_sharding_logs_are_shown_once(all_output):
+    proc = _run(["-np", "3"] + (["--all-output"] if all_output else []) + [sys.executable, "-c", TF_LOGS])
+    assert proc.returncode == 0, proc.stderr
+    ranks, fits = (3, 2) if all_output else (1, 1)  # by default once per job, not once per rank per fit
+    for needle, count in [("cpu_feature_guard.cc:210]", ranks), ("To enable the following", ranks),
+                          ("auto_shard.cc:787]", ranks * fits), ('op: "TensorSliceDataset"', ranks * fits)]:
+        assert sum(needle in line for line in proc.stderr.splitlines()) == count, (needle, proc.stderr)
+    for r in range(3):  # what differs per rank, and errors, come from every rank
+        assert f"[{r}] rank {r} says" in proc.stderr and f"rank {r} is aborting" in proc.stderr, proc.stderr

@@ -1,4 +1,4 @@
-"""The ranks' output as the launcher shows it: `[rank]` prefixes, Python warnings once, log files.
+"""The ranks' output as the launcher shows it: `[rank]` prefixes, repeated warnings once, log files.
 
 Rank 0's stdout and every rank's stderr are shown by default (`--all-output`: every stdout too);
 `--output-dir DIR` also writes each rank's whole output, unprefixed, to `DIR/rank.N.log`: DIR must
@@ -18,13 +18,23 @@ from tfring import file_safety
 
 # "path.py:12: UserWarning: text", the first line of a Python warning (its source line follows).
 _WARNING_LINE = re.compile(rb"^\S.*:\d+: \w*Warning: ")
+# "2026-11-26 18:55:50.565860: I tensorflow/...cc:210] text": TensorFlow's C++ log (I: info, W: warning);
+# group 1 is the line without its time, the same on every rank for the same record.
+_TF_LOG_LINE = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?:([IW] \S+:\d+\] .*)|[EF] )", re.S)
+# Lines kept as a TensorFlow record's continuation (a NodeDef it prints spans several).
+_MAX_CONTINUATION = 64
 # Lines of each rank's stderr kept for the launcher's last word (a TensorFlow error spans several).
 TAIL_LINES = 20
 
 
 class WarningsOnce:
-    """Lets each distinct Python warning through once per job: the ranks run the same code, so
-    rank 1's copy of rank 0's warning (and its indented source line) says nothing new.
+    """Lets each distinct Python warning and TensorFlow info or warning record through once per job.
+
+    The ranks run the same code, so rank 1's copy of rank 0's warning (with its indented source
+    line) says nothing new; nor does TensorFlow's start-up notice (cpu_feature_guard, oneDNN) or
+    the data-sharding warning each `fit` repeats, compared without their time stamps. A repeated
+    TensorFlow record's continuation lines are dropped while they equal the first copy's; the first
+    line that differs is shown, and so is every TensorFlow error (E) record.
 
     Example:
 
@@ -35,6 +45,7 @@ class WarningsOnce:
 
     def __init__(self):
         self._seen = set()
+        self._records = {}  # a TensorFlow record's first line (no time) -> its continuation lines
         self._lock = threading.Lock()
 
     def filter(self):
@@ -43,17 +54,45 @@ class WarningsOnce:
         Returns:
             A function: line (bytes) -> True to show it.
         """
-        dropping = [False]
+        state = {"dropping": False, "recording": None, "record": None, "at": 0}
+
+        def continues(line):
+            """Whether `line` belongs to the record in progress on this stream (shown or dropped)."""
+            if state["dropping"] and line[:1] in (b" ", b"\t"):
+                return False  # the source line of a dropped Python warning
+            state["dropping"] = False
+            if state["record"] is not None:
+                expected = self._records[state["record"]]
+                if state["at"] < len(expected) and expected[state["at"]] == line:
+                    state["at"] += 1
+                    return False
+                state["record"] = None
+            if state["recording"] is not None:
+                lines = self._records[state["recording"]]
+                if len(lines) < _MAX_CONTINUATION and not _TF_LOG_LINE.match(line) and not _WARNING_LINE.match(line):
+                    lines.append(line)
+                    return True
+                state["recording"] = None
+            return None
 
         def keep(line):
-            if dropping[0] and line[:1] in (b" ", b"\t"):
-                return False  # the source line of a dropped warning
-            dropping[0] = False
-            if not _WARNING_LINE.match(line):
-                return True
             with self._lock:
+                carried = continues(line)
+                if carried is not None:
+                    return carried
+                record = _TF_LOG_LINE.match(line)
+                if record and record.group(1):
+                    key = record.group(1)
+                    if key in self._records:
+                        state["record"], state["at"] = key, 0
+                        return False
+                    self._records[key] = []
+                    state["recording"] = key
+                    return True
+                if not _WARNING_LINE.match(line):
+                    return True
                 if line in self._seen:
-                    dropping[0] = True
+                    state["dropping"] = True
                     return False
                 self._seen.add(line)
             return True
