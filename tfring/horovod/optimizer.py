@@ -132,6 +132,18 @@ def _distributed_class(cls, arguments):
                 {"__module__": base.__module__, "__doc__": base.__doc__, "_hvd_arguments": arguments})
 
 
+def check_op(op, gradient_predivide_factor):
+    """Horovod's rule for a distributed optimizer's `op` and predivide factor.
+
+    Raises:
+        ValueError: `op` other than Average or Sum, or a predivide factor with Sum (Horovod's messages).
+    """
+    if op not in (basics.Average, basics.Sum):
+        raise ValueError("op currently only supports Average and Sum")
+    if gradient_predivide_factor != 1.0 and op != basics.Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+
+
 def distribute(optimizer, compression=compression_lib.Compression.none, sparse_as_dense=False,
                gradient_predivide_factor=1.0, op=basics.Average, backward_passes_per_step=1,
                average_aggregated_gradients=False, scale_local_gradients=True, process_set=0):
@@ -143,10 +155,7 @@ def distribute(optimizer, compression=compression_lib.Compression.none, sparse_a
         `optimizer`, whose class now averages gradients first.
     """
     where = "hvd.DistributedOptimizer"
-    if op not in (basics.Average, basics.Sum):
-        raise ValueError("op currently only supports Average and Sum")
-    if gradient_predivide_factor != 1.0 and op != basics.Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    check_op(op, gradient_predivide_factor)
     arguments = dict(compression=compression, sparse_as_dense=bool(sparse_as_dense),
                      gradient_predivide_factor=gradient_predivide_factor, op=op,
                      backward_passes_per_step=checks.number(where, "backward_passes_per_step",
@@ -277,6 +286,7 @@ def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, de
         if backward_passes_per_step != 1:
             raise NotImplementedError("hvd.DistributedOptimizer: backward_passes_per_step > 1 is supported with Keras "
                                       "optimizers only, not TF1 tf.compat.v1.train optimizers")
+        check_op(op, gradient_predivide_factor)
         return legacy_optimizer.LegacyDistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
                                                            op, gradient_predivide_factor, process_set)
     return DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
