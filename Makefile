@@ -21,7 +21,7 @@ CXX ?= g++
 CXXFLAGS_CORE := -std=c++17 -g -Wall -Wextra -pthread -iquote $(CORE)
 BUILD := .build
 
-.PHONY: env demo check lint test test-extended test-newest-tf test-keras-floor test-horovod-suite test-slurm test-spark test-core test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-horovod bench-deps clean
+.PHONY: env demo check lint test test-extended test-newest-tf test-keras-floor test-horovod-suite test-slurm test-spark test-core test-core-tsan-sweeps test-python build-core-tests cuda-harness test-cuda test-gpu-build bench bench-multihost bench-horovod bench-deps docs test-docs wheel test-install clean
 
 env: $(STAMP)
 
@@ -39,27 +39,41 @@ demo: env
 	TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/tfring run -np 2 $(PY) examples/allreduce_demo.py
 	TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/tfring run -np 2 $(PY) examples/digits.py
 
-# The framework-free core, plain and under AddressSanitizer (+UBSan) and ThreadSanitizer.
-$(BUILD)/core_tests: $(CORE_SRCS) $(CORE_HDRS)
-	@mkdir -p $(BUILD)
-	$(CXX) $(CXXFLAGS_CORE) -O2 $(CORE_SRCS) -o $@ -lrt
-$(BUILD)/core_tests_asan: $(CORE_SRCS) $(CORE_HDRS)
-	@mkdir -p $(BUILD)
-	$(CXX) $(CXXFLAGS_CORE) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer $(CORE_SRCS) -o $@ -lrt
-$(BUILD)/core_tests_tsan: $(CORE_SRCS) $(CORE_HDRS)
-	@mkdir -p $(BUILD)
-	$(CXX) $(CXXFLAGS_CORE) -O1 -fsanitize=thread $(CORE_SRCS) -o $@ -lrt
+# The framework-free core, plain and under AddressSanitizer (+UBSan) and ThreadSanitizer: each
+# variant's objects in .build/<variant>/ (compiled in parallel with -j, rebuilt when a source or
+# header changes), linked into one test binary.
+CORE_FLAGS_plain := -O2
+CORE_FLAGS_asan := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer
+CORE_FLAGS_tsan := -O1 -fsanitize=thread
+core_objects = $(patsubst %.cc,$(BUILD)/$(1)/%.o,$(CORE_SRCS))
+define CORE_VARIANT
+$(BUILD)/$(1)/%.o: %.cc $(CORE_HDRS)
+	@mkdir -p $$(dir $$@)
+	@echo "  CXX ($(1)) $$<"
+	@$(CXX) $(CXXFLAGS_CORE) $(CORE_FLAGS_$(1)) -c $$< -o $$@
+$(BUILD)/core_tests$(2): $(call core_objects,$(1))
+	$(CXX) $(CXXFLAGS_CORE) $(CORE_FLAGS_$(1)) $$^ -o $$@ -lrt
+endef
+$(eval $(call CORE_VARIANT,plain,))
+$(eval $(call CORE_VARIANT,asan,_asan))
+$(eval $(call CORE_VARIANT,tsan,_tsan))
 
 build-core-tests: $(BUILD)/core_tests $(BUILD)/core_tests_asan $(BUILD)/core_tests_tsan
 
+# `make test` runs the core under both sanitizers (the plain build runs in `make check`); TSan
+# leaves out the sweeps (every dtype x op x size x transport: arithmetic on the threads and links
+# of the smaller cases, 80% of its time), which run plain and under ASan; `make test-core-tsan-sweeps`
+# runs them under TSan too.
 test-core:
-	$(MAKE) -j2 build-core-tests
-	$(BUILD)/core_tests
+	$(MAKE) -j2 $(BUILD)/core_tests_asan $(BUILD)/core_tests_tsan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(BUILD)/core_tests_asan
+	TSAN_OPTIONS=halt_on_error=1 setarch $$(uname -m) -R $(BUILD)/core_tests_tsan --no-sweeps
+test-core-tsan-sweeps:
+	$(MAKE) -j2 $(BUILD)/core_tests_tsan
 	TSAN_OPTIONS=halt_on_error=1 setarch $$(uname -m) -R $(BUILD)/core_tests_tsan
 
 test-python: env
-	$(PY) -m pytest -q -m "not extended and not slurm and not spark" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not extended and not slurm and not spark and not install and not docs" $(PYTEST_ARGS)
 
 # The variants `make test` leaves out (marked `extended`: more layouts, signals and engines of paths
 # it covers), to run before a release or after touching the launcher, transports or engines.
@@ -75,7 +89,7 @@ check: lint
 	$(BUILD)/core_tests
 	$(PY) -m pytest -q -m "not multiprocess" $(PYTEST_ARGS)
 
-test: lint test-core test-python
+test: lint docs test-core test-python
 
 # The newest TensorFlow (CI: TF=2.21), where what changes is TensorFlow itself (its ops, tf.data,
 # tf.function, the op library's ABI; Keras is the same version): the single-process tests of the
@@ -181,7 +195,18 @@ test-gpu-build:
 	for op in ('TfringAllreduce', 'TfringBroadcast', 'TfringLarsUpdate')})"; \
 	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -m pytest -q -m "not multiprocess" tfring/ops tfring/optimizers
 
-# Benchmarks are not tests: they print measured tables (see README).
+# The package as users install it: `make wheel` puts the sdist and the wheel in dist/ (the wheel
+# carries the op library built here for each tested TensorFlow: the reference env's and
+# .venv-tf2.21's); `make test-install` installs both into fresh environments with TensorFlow 2.17.1
+# and 2.21 and runs a 2-rank job and `tfring doctor` in each (tests/install_test.py).
+wheel: env
+	$(MAKE) env TF=2.21
+	rm -rf dist && $(PY) -m build --sdist --outdir dist && $(PY) -m build --wheel --outdir dist && rm -rf build
+test-install: env
+	$(MAKE) env TF=2.21
+	$(PY) -m pytest -q -m install tests/install_test.py $(PYTEST_ARGS)
+
+# Benchmarks are not tests: they print measured tables (see docs/benchmarks.md).
 bench-deps: env
 	apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev
 	$(PY) -m pip install -q mpi4py matplotlib
@@ -208,6 +233,26 @@ bench-horovod: env $(HOROVOD_VENV)/bin/horovodrun
 BENCH_ARGS ?=
 bench-multihost: env
 	$(PY) benchmarks/multihost.py $(BENCH_ARGS)
+
+# The documentation site (mkdocs.yml, docs/): its own environment, .venv-docs, from requirements/docs.txt
+# (MkDocs, Material, mkdocstrings; no TensorFlow: the API reference is read from the source), built
+# strictly (a broken link, a missing page or a docstring warning fails) into site/. `make test-docs`
+# builds it and runs the tests marked `docs` in that environment: the build, the front page's links,
+# and the site in headless Chromium (Debian's chromium and chromium-driver, installed where missing;
+# apt-get needs root). tests/docs_api_test.py (every public name in the reference) runs in the main
+# environment against site/.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.tfring-docs-installed
+$(DOCS_STAMP): requirements/docs.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q -r requirements/docs.txt
+	touch $(DOCS_STAMP)
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict -d site
+test-docs: docs
+	@test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null)
+	$(DOCS_VENV)/bin/python -m pytest -q -m docs $(PYTEST_ARGS) tests/docs_site_test.py
 
 clean:
 	rm -rf $(BUILD) tfring/native/lib

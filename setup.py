@@ -1,16 +1,24 @@
-"""Installs tfring and compiles its op library against the TensorFlow of the target environment.
+"""Installs tfring; its op library is compiled against the TensorFlow that will import it.
 
-Install with `pip install --no-build-isolation .` (or `-e .`): the library must be built against
-the TensorFlow that will import it, so the build has to see that environment.
+- `pip install --no-build-isolation .` (or `-e .`) in an environment with TensorFlow compiles the
+  library for that TensorFlow while installing.
+- `python -m build` makes an sdist and a wheel (pyproject.toml); the wheel carries the libraries
+  already built in this checkout for other TensorFlows (`tfring/native/lib/tf*/`, those built from
+  these sources: `make wheel` builds them for the tested TensorFlows first), and `import tfring`
+  builds the library for any other TensorFlow on first use (tfring/native/library.py).
 """
 
+import glob
 import importlib.util
 import os
 import re
+import shutil
 
 from setuptools import find_packages
 from setuptools import setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,9 +38,21 @@ def _version(name="__version__"):
         return re.search(rf'^{name} = "([^"]+)"', f.read(), re.M).group(1)
 
 
+def _prebuilt_libraries(build):
+    """The folders of tfring/native/lib/ holding a library built from these very sources (its build
+    info says so), which a wheel can carry: one per TensorFlow version and flavour."""
+    folders = sorted(glob.glob(os.path.join(HERE, "tfring", "native", "lib", "tf*")))
+    return [f for f in folders if (build.read_build_info(f) or {}).get("sources") == build.source_digest()]
+
+
+def _tensorflow_here():
+    return importlib.util.find_spec("tensorflow") is not None
+
+
 class BuildPyWithOps(build_py):
-    """build_py that also compiles `tfring/native/lib/.../_tfring_ops.so`, and leaves the tests
-    beside each layer (`*_test.py`) out of what it installs."""
+    """build_py that also puts the op library in: built for the TensorFlow of the build environment
+    when it has one, and copied from the checkout's `tfring/native/lib/` for the other TensorFlows it
+    was built for. It leaves the tests beside each layer (`*_test.py`) out of what it installs."""
 
     def find_package_modules(self, package, package_dir):
         modules = super().find_package_modules(package, package_dir)
@@ -45,13 +65,43 @@ class BuildPyWithOps(build_py):
             target = os.path.join(HERE, "tfring", "native")
         else:
             target = os.path.join(self.build_lib, "tfring", "native")
-        build.build(base=target)
+        if _tensorflow_here():
+            here = build.library_dir(build.tensorflow_identity()["tensorflow"], target)
+            if build.why_not_usable(here):  # already built from these sources for this TensorFlow: kept
+                build.build(base=target)
+        for folder in [] if target.startswith(os.path.join(HERE, "tfring")) else _prebuilt_libraries(build):
+            copy = os.path.join(target, "lib", os.path.basename(folder))
+            if not os.path.exists(copy):
+                os.makedirs(copy)
+                shutil.copy2(os.path.join(folder, build.LIBRARY_NAME), copy)
+        if not _tensorflow_here() and not _prebuilt_libraries(build):
+            print("tfring: no TensorFlow in this build environment: `import tfring` builds the op library "
+                  "on first use (needs g++)")
+
+
+class DistributionWithOps(Distribution):
+    """tfring carries compiled code (an op library) when one is built or copied in (BuildPyWithOps):
+    it then installs into platlib and makes a platform wheel."""
+
+    def has_ext_modules(self):
+        return _tensorflow_here() or bool(_prebuilt_libraries(_load_build_module()))
+
+
+class BdistWheelWithOps(bdist_wheel):
+    """A wheel that carries op libraries is tagged py3-none-<platform> (the library depends on
+    TensorFlow's ABI, checked at import, not on Python's); one without them is py3-none-any."""
+
+    def get_tag(self):
+        python, abi, platform = super().get_tag()
+        return (python, abi, platform) if self.root_is_pure else ("py3", "none", platform)
 
 
 setup(
     name="tfring",
     version=_version(),
     description="Synchronous data-parallel training for Keras 3 / TensorFlow over a fused ring allreduce",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # tfring only: tfring_dev (the test rig) and the `*_test.py` modules (BuildPyWithOps) stay out.
     packages=find_packages(include=["tfring", "tfring.*"]),
@@ -64,5 +114,6 @@ setup(
     install_requires=["numpy", f"keras>={_version('KERAS_FLOOR')},<4"],
     extras_require={"test": ["pytest"], "run": ["cloudpickle"], "data": ["tqdm", "Pillow", "pyarrow", "h5py", "tifffile"]},
     entry_points={"console_scripts": ["tfring=tfring.cli:main"]},
-    cmdclass={"build_py": BuildPyWithOps},
+    cmdclass={"build_py": BuildPyWithOps, "bdist_wheel": BdistWheelWithOps},
+    distclass=DistributionWithOps,
 )

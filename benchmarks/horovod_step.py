@@ -15,8 +15,8 @@ And the same model in a `DistributedGradientTape` loop (a `tf.function` step, SG
 - `horovod-tape`: on Horovod 0.28.1 itself, under `horovodrun --gloo`, with `--horovod-python` naming
   the Python of an environment where Horovod is built (`make bench-horovod` builds one in
   .venv-horovod, on TensorFlow 2.16.2). Horovod's
-  `DistributedOptimizer` is not timed: on Keras 3 it trains without averaging (README, Coming from
-  Horovod), so only its tape loop does Horovod's work.
+  `DistributedOptimizer` is not timed: on Keras 3 it trains without averaging (docs/migrating.md,
+  Coming from Horovod), so only its tape loop does Horovod's work.
 Each prints the median time of a step (between `on_train_batch_end` calls, or steps of the loop,
 after a warm-up epoch). Runs are interleaved over rounds; medians over rounds; ratios against
 RingStrategy.

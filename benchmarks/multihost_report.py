@@ -2,7 +2,7 @@
 
 Workloads are named as the workers receive them: `"resnet50"` or a byte count (`"4096"`);
 bandwidth is nccl-tests' bus bandwidth in Gbit/s (10^9 bit/s). The tables are markdown, a row per
-workload, so the README can quote them.
+workload, so the documentation (docs/benchmarks.md) can quote them.
 """
 
 import json

@@ -1,4 +1,5 @@
-"""The `tfring` command line: `tfring run -np N COMMAND ...` and `tfring convert SOURCE PREFIX`."""
+"""The `tfring` command line: `tfring run -np N COMMAND ...`, `tfring convert SOURCE PREFIX` and
+`tfring doctor`."""
 
 import argparse
 import difflib
@@ -54,6 +55,13 @@ def _parser():
     convert.add_argument("--datasets", default=None, help="HDF5: comma-separated datasets to store (default: all)")
     convert.add_argument("--labels", default=None, help="TIFF: a CSV of file,label rows instead of class folders")
     convert.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    doctor = sub.add_parser("doctor", help="check that tfring can work here, and say what to fix",
+                            description="Check the versions, the op library, the transports, launchers and "
+                                        "job secret of this host (and with --self-test, a 2-rank job); "
+                                        "exit 0 when nothing fails.")
+    from tfring.doctor import report as doctor_report
+
+    doctor_report.add_arguments(doctor)
     return parser
 
 
@@ -190,6 +198,13 @@ def main(argv=None):
         return _run(args)
     if args.command == "convert":
         return _convert(args)
+    if args.command == "doctor":
+        import os
+
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        from tfring.doctor import report
+
+        return report.main(args)
     return 2
 
 

@@ -2,7 +2,7 @@
 
 Each setting is declared once, as a field of `Config`: its name (the `tfring.init()` argument and
 the key handed to the C++ core), default, environment variable, meaning and kind (how text is
-parsed and what values are valid). The README's configuration table, `ENVIRONMENT`, the
+parsed and what values are valid). The configuration table (docs/configuration.md), `ENVIRONMENT`, the
 validation and the record the core parses (`Config.record`) are all derived from these fields;
 the C++ side holds no defaults and does no validation. Nothing else in tfring reads the
 environment for configuration.
@@ -103,9 +103,9 @@ def setting(default, kind, meaning, env=None, shown_default=None, core=True):
     Args:
         default: the value when neither an argument nor the environment gives one.
         kind: a `Kind` (`SECONDS`, `SECONDS_OR_OFF`, `BYTES`, `BYTES_OR_AUTO`, `FLAG`, `TEXT`, `WORD`, `TRANSPORT`, `ALLREDUCE`).
-        meaning: one line for the README's table and for messages.
+        meaning: one line for the configuration table (docs/configuration.md) and for messages.
         env: the environment variable that sets it, or None (argument only).
-        shown_default: how the README shows the default, when not `str(default)`.
+        shown_default: how the configuration table shows the default, when not `str(default)`.
         core: whether the C++ core reads it (False: only Python does, e.g. `RingStrategy`).
 
     Returns:
@@ -122,7 +122,7 @@ def setting(default, kind, meaning, env=None, shown_default=None, core=True):
 
 @dataclasses.dataclass
 class Config:
-    """Settings of one tfring runtime (see the README's configuration table).
+    """Settings of one tfring runtime (see the configuration table, docs/configuration.md).
 
     Args:
         timeout: seconds a collective may wait on a peer before failing with `UnavailableError`.
@@ -277,7 +277,7 @@ def _from_text(env, name, kind, text):
 
 
 def settings_table():
-    """The rows of the README's configuration table, from the schema.
+    """The rows of the configuration table (docs/configuration.md), from the schema.
 
     Returns:
         A list of `(variable, argument, meaning, default)`, one per setting; `variable` is "—"

@@ -35,7 +35,7 @@ def init(config=None, **options):
 
     Args:
         config: a `tfring.config.Config`; when None one is built from `options` and the
-            environment (see the README's table).
+            environment (see the configuration table, docs/configuration.md).
         **options: fields of `Config`, e.g. `timeout=30`, `transport="tcp"`.
 
     Raises:

@@ -127,3 +127,30 @@ def rank_lines(output, rank):
     """The lines of `output` printed by `rank`, without the `[rank] ` prefix."""
     prefix = f"[{rank}] "
     return [line[len(prefix):] for line in output.splitlines() if line.startswith(prefix)]
+
+
+def path_without(folder, programs):
+    """A PATH on which `programs` are not found but everything else on today's PATH is: a folder
+    of links to every other executable, for tests of what happens where a program is missing.
+
+    Args:
+        folder: an empty folder to fill with the links (a test's tmp_path).
+        programs: names to hide, e.g. ("g++", "ssh").
+
+    Returns:
+        str, the PATH value (the one folder).
+
+    Example:
+
+    >>> env = dict(os.environ, PATH=path_without(tmp_path, ["g++"]))
+    """
+    os.makedirs(folder, exist_ok=True)
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            target, link = os.path.join(directory, name), os.path.join(folder, name)
+            if name in programs or os.path.lexists(link) or not os.access(target, os.X_OK):
+                continue
+            os.symlink(target, link)
+    return str(folder)

@@ -17,8 +17,18 @@ Differences from Horovod, on purpose:
 - `hvd.broadcast_object` / `hvd.allgather_object` carry any picklable object, as Horovod's, but
   signed: each rank signs what it pickles with the job secret (HMAC-SHA256) and receivers check
   the signature before unpickling, so nothing a process outside the job sends is ever unpickled.
-- What tfring does not have yet raises NotImplementedError naming it (Adasum, process sets other
-  than the global one, `join`, elastic). Arguments about placement and
+- Process sets (`hvd.ProcessSet`, `hvd.add_process_set`, `process_set=`) are tfring's process sets
+  (`tfring.ops.add_process_set`): each set's members run its collectives on a ring of their own.
+  Sets may be added after `hvd.init` without `HOROVOD_DYNAMIC_PROCESS_SETS`; an MPI communicator
+  is refused (tfring has no MPI inside it).
+- `hvd.join` has Horovod's semantics (`tfring.ops.join`): until every rank has joined, a joined
+  rank adds zeros to the others' allreduces, and other collectives fail on the ranks that call them.
+- `hvd.elastic`'s state objects (`KerasState`, `TensorFlowState`, `ObjectState`) and callbacks
+  work as Horovod's, but a tfring job keeps the ranks it started with: `hvd.elastic.run` syncs the
+  state and runs the function once, and a failing rank ends the job naming it.
+- What tfring does not have raises NotImplementedError naming it: `hvd.Adasum`, `hvd.init(comm=...)`,
+  `hvd.start_timeline` (the timeline is `tfring run --timeline-filename`, for the whole job), and
+  `run` on other hosts or as an elastic job. Arguments about placement and
   grouping (`device_dense`, `device_sparse`, `groups`, `num_groups`, `name`, `use_locking`) are
   accepted and ignored: tfring places collectives with their inputs and groups gradients in buckets.
 - Keras on a GPU host compiles `fit`'s step with XLA by default (`jit_compile="auto"` is True
@@ -37,15 +47,24 @@ def run(func, args=(), kwargs=None, np=1, min_np=None, max_np=None, slots=None, 
         use_mpi=None, mpi_args=None, network_interface=None, executable=None):
     """Runs `func(*args, **kwargs)` in `np` processes on this host (Horovod's `horovod.run`, on `tfring.run`).
 
+    Other hosts and elastic jobs are not supported here: `hosts` other than `localhost`,
+    `hostfile`, `min_np`, `max_np`, `slots`, `reset_limit`, `cooldown_range` and `executable`
+    raise NotImplementedError (`tfring run -H ...` starts a job on several hosts). The other
+    arguments of Horovod's (`ssh_port`, `ssh_identity_file`, `disable_cache`, `output_filename`,
+    `mpi_args`, `network_interface`) are accepted and ignored.
+
     Args:
         func: a function (cloudpickle-able, as Horovod requires).
-        args, kwargs: what `func` is called with on every rank.
+        args: the positional arguments `func` is called with on every rank.
+        kwargs: its keyword arguments (a dict), the same on every rank.
         np: the number of processes.
         start_timeout: seconds each rank has to join.
         verbose: passes `--verbose` to `tfring run`.
-        use_gloo, use_mpi: accepted and ignored (tfring's ranks talk over its own ring).
-        hosts, hostfile, min_np, max_np, ... : other hosts and elastic jobs are not supported here
-            (NotImplementedError); use `tfring run -H ...` for several hosts.
+        use_gloo: accepted and ignored (tfring's ranks talk over its own ring).
+        use_mpi: accepted and ignored, as `use_gloo`.
+
+    Raises:
+        NotImplementedError: another host, a host file, or an elastic job's arguments.
 
     Returns:
         The list of the ranks' return values, by rank.

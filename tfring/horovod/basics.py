@@ -8,6 +8,7 @@ from tfring import runtime
 
 # Horovod's ReduceOp values, so that scripts comparing `op == hvd.Average` keep working.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+"""Horovod's reduce ops (`op=hvd.Sum`, ...), with Horovod's values; `Adasum` is refused (NotImplementedError)."""
 _TFRING_OPS = {Average: "mean", Sum: "sum", Min: "min", Max: "max", Product: "product"}
 
 

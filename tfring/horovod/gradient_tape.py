@@ -107,9 +107,10 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
                                    process_set=process_sets.global_process_set, scale_local_gradients=True):
     """`DistributedGradientTape` whose `local_layers`' variables keep their own gradients (Horovod's name).
 
+    The other arguments are `DistributedGradientTape`'s.
+
     Args:
         local_layers: a Keras layer or list of them, whose trainable weights are local sources.
-        (the others): as `DistributedGradientTape`.
 
     Returns:
         The distributed tape.

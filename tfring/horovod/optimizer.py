@@ -231,11 +231,11 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     """`DistributedOptimizer` whose `local_layers` keep their own gradients (Horovod's `horovod.keras` name).
 
     The weights of `local_layers` are registered with `register_local_var`: their gradients are
-    not reduced, and are divided by the number of ranks when `scale_local_gradients`.
+    not reduced, and are divided by the number of ranks when `scale_local_gradients`. The other
+    arguments are `DistributedOptimizer`'s.
 
     Args:
         local_layers: a Keras layer or a list of them (None: as `DistributedOptimizer`).
-        (the others): as `DistributedOptimizer`.
 
     Returns:
         The distributed optimizer.
@@ -263,12 +263,12 @@ def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, de
                                      process_set=process_sets.global_process_set, scale_local_gradients=True):
     """`horovod.tensorflow.DistributedOptimizer`: the same as `DistributedOptimizer`, with the argument
     order of Horovod's TensorFlow module (`use_locking` third, `backward_passes_per_step` before `op`).
+    The other arguments are `DistributedOptimizer`'s.
 
     Args:
         optimizer: a Keras 3 optimizer, or a TF1 `tf.compat.v1.train.Optimizer` (graph mode; its
             gradients are reduced in `compute_gradients`, as Horovod does; see `legacy_optimizer`).
         use_locking: ignored (Keras 3 optimizers have no locking option).
-        (the others): as `DistributedOptimizer`.
 
     Returns:
         The distributed optimizer.

@@ -65,6 +65,7 @@ class ProcessSet:
 
 
 global_process_set = ProcessSet([])
+"""Every rank of the job (process set id 0): the default `process_set` of every collective."""
 global_process_set.process_set_id = 0
 
 

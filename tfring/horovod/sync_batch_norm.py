@@ -18,9 +18,7 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     rank's sums over its batch (and the mask, if any) are all-reduced before dividing, so every rank
     normalizes with the statistics of all ranks' rows, as one process would over the whole batch
     (Horovod's `hvd.SyncBatchNormalization`). Inference uses the moving statistics, as usual.
-
-    Args:
-        **kwargs: those of `keras.layers.BatchNormalization`.
+    It takes the arguments of `keras.layers.BatchNormalization`.
 
     Example:
 

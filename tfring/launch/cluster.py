@@ -85,7 +85,19 @@ def _store(env, placement):
     return None
 
 
-def _read_secret_file(path):
+def read_secret_file(path):
+    """The job secret in the file `path` (TFRING_SECRET_FILE).
+
+    Args:
+        path: a file only its owner can read.
+
+    Returns:
+        The secret, stripped.
+
+    Raises:
+        ValueError: the file cannot be read, others can read it, or it is empty (the message says
+            which, and how to fix it).
+    """
     try:
         st = os.stat(path)
         with open(path, encoding="utf-8") as f:
@@ -105,7 +117,7 @@ def _given_secret(env):
     if env.get(SECRET):
         return env[SECRET]
     if env.get(SECRET_FILE):
-        return _read_secret_file(env[SECRET_FILE])
+        return read_secret_file(env[SECRET_FILE])
     return ""
 
 

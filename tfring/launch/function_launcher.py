@@ -201,7 +201,8 @@ def run(fn, np=2, args=(), kwargs=None, env=None, timeout=None, launcher_args=()
         fn: a function; it and its arguments must be serialisable with cloudpickle (a lambda or a
             function defined in a notebook is).
         np: the number of processes.
-        args, kwargs: what `fn` is called with, the same on every rank.
+        args: the positional arguments `fn` is called with, the same on every rank.
+        kwargs: its keyword arguments, likewise.
         env: extra environment variables for the ranks.
         timeout: seconds before the whole job is stopped (`TimeoutError`); None waits as long as it runs.
         launcher_args: more `tfring run` options, e.g. `["--timeout", "30"]`.

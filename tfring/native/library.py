@@ -1,5 +1,6 @@
-"""Loads the compiled op library once, rebuilding it first when it was built for another
-TensorFlow (or from other sources)."""
+"""Loads the compiled op library once, building it first when there is none for this TensorFlow, or
+the one there was built for another TensorFlow, ABI or sources (its build info, `build.read_build_info`).
+What cannot be built or loaded raises one `LibraryError` that names both sides and the command to run."""
 
 import ctypes
 import fcntl
@@ -17,14 +18,7 @@ class LibraryError(ImportError):
 
 
 def _needs_build(tf_version):
-    info = _build.read_build_info(_build.library_dir(tf_version))
-    if info is None:
-        return "it has not been built yet"
-    if info.get("tensorflow") != tf_version:
-        return f"it was built for TensorFlow {info.get('tensorflow')}, this is {tf_version}"
-    if info.get("sources") != _build.source_digest():
-        return "its C++ sources changed since it was built"
-    return None
+    return _build.why_not_usable(_build.library_dir(tf_version))
 
 
 def _ensure_built(tf_version):
@@ -34,20 +28,38 @@ def _ensure_built(tf_version):
     directory = _build.HERE
     if not os.access(directory, os.W_OK):
         raise LibraryError(
-            f"tfring's op library cannot be used ({reason}) and {directory} is not writable. "
-            f"Rebuild it with: {sys.executable} -m pip install --no-build-isolation --force-reinstall tfring "
-            f"(or, in a source checkout: {sys.executable} -m tfring.native.build)")
+            f"tfring's op library cannot be used: {reason}, and {directory} is not writable. Build it as a user "
+            f"who can write there: {sys.executable} -m tfring.native.build")
     # Several ranks may import at once: one builds, the others wait and then find it built.
     with open(os.path.join(directory, ".build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         reason = _needs_build(tf_version)
         if reason is None:
             return
-        print(f"tfring: rebuilding the op library because {reason}", file=sys.stderr, flush=True)
+        try:
+            _build.require_compiler()
+        except RuntimeError as e:
+            raise LibraryError(f"tfring must build its op library ({reason}) but has {e}") from None
+        print(f"tfring: building the op library because {reason} (once, about a minute)", file=sys.stderr,
+              flush=True)
         try:
             _build.build(verbose=False)
         except Exception as e:  # compiler errors carry their own detail
-            raise LibraryError(f"tfring could not rebuild its op library: {e}") from e
+            raise LibraryError(f"tfring could not build its op library: {e}") from e
+
+
+def _load_op_library(tf, path):
+    """tf.load_op_library, whose failures (an undefined symbol: a library of another TensorFlow
+    ABI) become one LibraryError naming both sides and the command that rebuilds it."""
+    try:
+        return tf.load_op_library(path)
+    except (tf.errors.NotFoundError, OSError) as e:
+        info = _build.read_build_info(os.path.dirname(path)) or {}
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LibraryError(
+            f"TensorFlow {tf.__version__} cannot load tfring's op library {path} (built for TensorFlow "
+            f"{info.get('tensorflow', '?')}, _GLIBCXX_USE_CXX11_ABI = {info.get('cxx11_abi', '?')}): {detail}. "
+            f"Rebuild it: {sys.executable} -m tfring.native.build") from None
 
 
 def load():
@@ -58,7 +70,7 @@ def load():
 
         _ensure_built(tf.__version__)
         path = os.path.join(_build.library_dir(tf.__version__), _build.LIBRARY_NAME)
-        ops_module = tf.load_op_library(path)
+        ops_module = _load_op_library(tf, path)
         # The same file: dlopen hands back the library TF loaded, so both share one runtime.
         cdll = ctypes.CDLL(path)
         _declare(cdll)

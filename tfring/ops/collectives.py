@@ -142,7 +142,7 @@ def allreduce_buckets(buckets, op="sum", name=None, process_set=0):
         A list of lists of reduced tensors, shaped like `buckets`; identical on every rank.
 
     Raises:
-        As `allreduce`.
+        ValueError, TypeError, tf.errors.OpError: as `allreduce`.
 
     Example:
 
@@ -195,7 +195,7 @@ def allreduce_start(tensors, op="sum", name=None, process_set=0):
         A `Pending`: its `wait()` returns the reduced tensors.
 
     Raises:
-        As `allreduce`.
+        ValueError, TypeError, tf.errors.OpError: as `allreduce`.
 
     Example:
 

@@ -4,6 +4,7 @@ import keras
 
 # Keras' own polynomial decay (power, end rate, cycle) serves as is.
 PolynomialDecay = keras.optimizers.schedules.PolynomialDecay
+"""Keras' own `keras.optimizers.schedules.PolynomialDecay`, exported with tfring's schedules."""
 
 
 def polynomial_decay_rate(position, length, initial, end, power):

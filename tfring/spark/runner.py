@@ -53,7 +53,8 @@ def run(fn, num_proc=None, args=(), kwargs=None, env=None, timeout=None, spark_c
         fn: the training function; it and its arguments are pickled with cloudpickle.
         num_proc: the number of ranks; default: the cluster's task slots (default parallelism
             divided by `spark.task.cpus`).
-        args, kwargs: what `fn` is called with on every rank.
+        args: the positional arguments `fn` is called with on every rank.
+        kwargs: its keyword arguments (a dict), the same on every rank.
         env: extra environment variables for the ranks (e.g. `{"TF_NUM_INTRAOP_THREADS": "4"}`).
         timeout: seconds a rank may run; None: no limit beyond tfring's own collective timeouts.
         spark_context: a `SparkContext`; default: the active one.

@@ -90,7 +90,13 @@ def broadcast(value, root_rank, name=None):
 
 
 def reducescatter(value, name=None, op=Average):
-    """Horovod's keras `reducescatter`: not supported by tfring yet (raises NotImplementedError)."""
+    """Reduces a tensor and gives each rank its share of the rows (Horovod's keras `reducescatter`).
+
+    As `tfring.horovod.collectives.reducescatter`, with `op` `hvd.Average` by default.
+
+    Returns:
+        This rank's rows of the reduced tensor.
+    """
     return _collectives.reducescatter(value, op=op)
 
 

@@ -30,7 +30,7 @@ Status allreduceTyped(Engine& e, std::vector<uint8_t>* data, size_t count, DataT
 
 }  // namespace
 
-TEST(gathered_allreduce_every_dtype_and_op_across_the_cut) {
+SWEEP(gathered_allreduce_every_dtype_and_op_across_the_cut) {
   for (int size : {2, 3, 4}) {
     for (const Mode& m : allModes()) {
       std::vector<std::vector<uint8_t>> results(size);  // every output of a rank, one after another

@@ -56,7 +56,7 @@ TEST(host_layout_decides_the_allreduce) {
   CHECK_THROWS(useHierarchical("hierarchical", uneven), "needs the same number of ranks on every host");
 }
 
-TEST(hierarchical_allreduce_every_dtype_op_and_layout) {
+SWEEP(hierarchical_allreduce_every_dtype_op_and_layout) {
   for (const auto& layout : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}}) {
     const int hosts = layout.first, perHost = layout.second;
     const int size = hosts * perHost;
@@ -86,7 +86,7 @@ TEST(hierarchical_allreduce_every_dtype_op_and_layout) {
   }
 }
 
-TEST(hierarchical_mean_rounds_once) {
+SWEEP(hierarchical_mean_rounds_once) {
   // 6 ranks: a divisor that is not a power of two, so a second rounding would show.
   for (const auto& layout : {std::pair{2, 3}, std::pair{3, 2}}) {
     const int hosts = layout.first, perHost = layout.second, size = hosts * perHost;

@@ -37,7 +37,7 @@ void checkMeanRoundsOnce(int rank, Transport* t, int size, DataType type, size_t
 
 }  // namespace
 
-TEST(ring_mean_rounds_once) {
+SWEEP(ring_mean_rounds_once) {
   // 1000003 elements cross the 1 MiB pieces in which a segment arrives to be reduced.
   for (const Mode& m : allModes()) {
     for (int size : {2, 3}) {
@@ -52,7 +52,7 @@ TEST(ring_mean_rounds_once) {
   }
 }
 
-TEST(allreduce_every_dtype_op_size_transport) {
+SWEEP(allreduce_every_dtype_op_size_transport) {
   for (const Mode& m : allModes()) {
     for (int size : {1, 2, 3, 4}) {
       withRing(size, m, [&](int rank, Transport* t, const Config&) {
@@ -68,7 +68,7 @@ TEST(allreduce_every_dtype_op_size_transport) {
   }
 }
 
-TEST(allreduce_ten_million_floats) {
+SWEEP(allreduce_ten_million_floats) {
   for (const Mode& m : allModes()) {
     withRing(2, m, [&](int rank, Transport* t, const Config&) {
       checkAllreduce(rank, t, 2, DataType::kFloat32, ReduceOp::kSum, 10000000, false);
@@ -101,7 +101,7 @@ TEST(allreduce_many_pieces_in_place_and_not) {
   }
 }
 
-TEST(broadcast_every_root_and_size) {
+SWEEP(broadcast_every_root_and_size) {
   for (const Mode& m : allModes()) {
     for (int size : {1, 2, 3, 4}) {
       withRing(size, m, [&](int rank, Transport* t, const Config&) {

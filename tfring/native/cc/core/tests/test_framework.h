@@ -1,6 +1,11 @@
 // A minimal test runner: TEST(name) { ... } registers a case; CHECK / CHECK_EQ fail it with the
 // file and line. main() runs the cases whose name contains argv[1] (all when absent) and ends
 // with "N passed, N failed".
+//
+// SWEEP(name) registers a sweep: the same collective over every dtype, op, size and transport.
+// Its threads and links are those of the smaller cases beside it; what it adds is arithmetic. So
+// `--no-sweeps` (ThreadSanitizer's run in `make test`, where sweeps take 80% of the time) leaves
+// them to the plain and AddressSanitizer runs; `make test-core-tsan-sweeps` runs them under TSan.
 #pragma once
 
 #include <functional>
@@ -16,13 +21,16 @@ namespace tfring_test {
 struct Case {
   std::string name;
   std::function<void()> fn;
+  bool sweep;
 };
 inline std::vector<Case>& registry() {
   static std::vector<Case> cases;
   return cases;
 }
 struct Registrar {
-  Registrar(const char* name, std::function<void()> fn) { registry().push_back({name, std::move(fn)}); }
+  Registrar(const char* name, std::function<void()> fn, bool sweep = false) {
+    registry().push_back({name, std::move(fn), sweep});
+  }
 };
 
 struct Failure : std::runtime_error {
@@ -56,6 +64,11 @@ void spawn(int size, F fn) {
 #define TEST(name)                                                                   \
   static void TF_CAT(test_, name)();                                                 \
   static tfring_test::Registrar TF_CAT(reg_, name)(#name, TF_CAT(test_, name));      \
+  static void TF_CAT(test_, name)()
+
+#define SWEEP(name)                                                                  \
+  static void TF_CAT(test_, name)();                                                 \
+  static tfring_test::Registrar TF_CAT(reg_, name)(#name, TF_CAT(test_, name), true); \
   static void TF_CAT(test_, name)()
 
 #define CHECK(cond)                                                                          \
