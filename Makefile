@@ -186,7 +186,7 @@ GPU_VENV := .venv-gpu-build
 test-gpu-build:
 	@if ! command -v $(NVCC) >/dev/null 2>&1; then echo "test-gpu-build: no nvcc here: skipped"; exit 0; fi; \
 	set -e; test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV); \
-	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip; \
+	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel; \
 	$(GPU_VENV)/bin/python -m pip install -q -r requirements/tf2.17-gpu-build.txt; \
 	$(GPU_VENV)/bin/python -m pip install -q --no-build-isolation --no-deps -e .; \
 	TF_CPP_MIN_LOG_LEVEL=3 $(GPU_VENV)/bin/python -c "import tensorflow as tf; from tfring.native import library as _library; \
@@ -251,7 +251,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict -d site
 test-docs: docs
 	@test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || (apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null)
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null)
 	$(DOCS_VENV)/bin/python -m pytest -q -m docs $(PYTEST_ARGS) tests/docs_site_test.py
 
 clean:

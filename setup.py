@@ -16,9 +16,16 @@ import shutil
 
 from setuptools import find_packages
 from setuptools import setup
-from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1 (pip install --no-build-isolation into an older environment)
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:
+        bdist_wheel = None  # no wheel to tag: setuptools installs without one
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -87,7 +94,7 @@ class DistributionWithOps(Distribution):
         return _tensorflow_here() or bool(_prebuilt_libraries(_load_build_module()))
 
 
-class BdistWheelWithOps(bdist_wheel):
+class BdistWheelWithOps(bdist_wheel or object):
     """A wheel that carries op libraries is tagged py3-none-<platform> (the library depends on
     TensorFlow's ABI, checked at import, not on Python's); one without them is py3-none-any."""
 
@@ -114,6 +121,6 @@ setup(
     install_requires=["numpy", f"keras>={_version('KERAS_FLOOR')},<4"],
     extras_require={"test": ["pytest"], "run": ["cloudpickle"], "data": ["tqdm", "Pillow", "pyarrow", "h5py", "tifffile"]},
     entry_points={"console_scripts": ["tfring=tfring.cli:main"]},
-    cmdclass={"build_py": BuildPyWithOps, "bdist_wheel": BdistWheelWithOps},
+    cmdclass={"build_py": BuildPyWithOps, **({"bdist_wheel": BdistWheelWithOps} if bdist_wheel else {})},
     distclass=DistributionWithOps,
 )
