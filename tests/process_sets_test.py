@@ -1,12 +1,16 @@
 """Process sets through `tfring.ops` on 3 ranks: every collective runs over a set's ranks only
 (eagerly and in a `tf.function` with buckets), a set of one rank is an identity, a rank outside a
-set is refused, ranks that pass different sets all fail saying so, and removed sets are gone.
+set is refused, ranks that pass different sets all fail saying so, and removed sets are gone; a rank
+killed inside a set's collective fails the others fast, naming it.
 Horovod's own process-set tests run in tests/horovod_suite_test.py.
 """
+
+import time
 
 import pytest
 
 from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -65,3 +69,45 @@ def test_collectives_run_over_a_process_sets_ranks_only(warm):
         assert rank_lines(job.stdout, r) == common + ["SUM 4.0", "MEAN 2.0", "BROADCAST 3.0", "GATHER [0, 2]"] + \
             evens[r] + ["BUCKETS 2.0 2.0", "OBJECTS [{'r': 0}, {'r': 2}]"] + end, job.stdout[-3000:]
     assert rank_lines(job.stdout, 1) == common + ["ALONE 5.0", "OUTSIDE True"] + end, job.stdout[-3000:]
+
+
+KILLED_IN_A_SET = r'''
+import os, signal, sys, threading, time
+import tensorflow as tf
+import tfring
+from tfring import ops
+
+rank = tfring.rank()
+evens = ops.add_process_set([0, 2])
+ops.allreduce(tf.ones([4]))                      # everyone is up
+if rank == 2:
+    # Die with SIGKILL while inside a stream of the set's large collectives.
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+else:
+    signal.signal(signal.SIGTERM, lambda *a: None)   # stay alive to report what we saw
+start = time.monotonic()
+try:
+    if rank == 1:
+        ops.allreduce(tf.ones([4]))              # the whole job's: ranks 0 and 2 never come
+    else:
+        big = tf.ones([4_000_000])
+        for _ in range(100000):
+            ops.allreduce(big, process_set=evens)
+    print("NO ERROR")
+except tf.errors.UnavailableError as e:
+    print(f"UNAVAILABLE after {time.monotonic() - start:.1f}s: {e.message.splitlines()[0]}")
+'''
+
+
+def test_a_rank_killed_inside_a_sets_collective_fails_the_others_fast_naming_it():
+    # The set's other member fails in its set's collective, the rank outside the set in the whole
+    # job's; both well inside the timeout, and the launcher names the killed rank.
+    start = time.monotonic()
+    proc = run_job(3, KILLED_IN_A_SET, env={"TFRING_TIMEOUT": "60"}, timeout=120)
+    assert proc.returncode == 128 + 9, (proc.returncode, proc.stderr[-2000:])
+    assert time.monotonic() - start < 60
+    member = [l for l in rank_lines(proc.stdout, 0) if l.startswith("UNAVAILABLE")]
+    assert member and "process set 1" in member[0] and "rank 2" in member[0], (member, proc.stderr[-2000:])
+    outside = [l for l in rank_lines(proc.stdout, 1) if l.startswith("UNAVAILABLE")]
+    assert outside and "rank 2" in outside[0], (outside, proc.stdout[-2000:])
+    assert "rank 2 was killed by SIGKILL" in proc.stderr

@@ -64,9 +64,8 @@ std::shared_ptr<Engine> ProcessSets::connect(int id, const std::vector<int>& ran
     store = std::make_shared<PrefixStore>(name, store_);
     rings.world = connectProcessSet(config_, *store_, name, ranks);
   }
-  const std::string scope = "process set " + std::to_string(id) + " (job ranks " + rankText(ranks) +
-                            "; a rank named below is a position in the set)";
-  return std::make_shared<Engine>(sub, std::move(rings), store, scope);
+  const std::string scope = "process set " + std::to_string(id) + " (job ranks " + rankText(ranks) + ")";
+  return std::make_shared<Engine>(sub, std::move(rings), store, scope, RankNames(ranks));
 }
 
 bool ProcessSets::remove(int id) {

@@ -20,13 +20,14 @@ namespace {
 constexpr double kReportSeconds = 2.0;
 }  // namespace
 
-Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store, std::string scope)
+Engine::Engine(const Config& config, Rings rings, std::shared_ptr<Store> store, std::string scope, RankNames names)
     : config_(config),
       scope_(scope.empty() ? "" : std::move(scope) + ": "),
+      names_(std::move(names)),
       rings_(std::move(rings)),
       store_(std::move(store)),
       stall_(config.rank, config.size, config.stallWarning, config.collectiveTimeout, store_,
-             [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }),
+             [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }, names_),
       timeline_(config.timeline, config.rank) {
   thread_ = std::thread([this] { loop(); });
 }
@@ -98,7 +99,7 @@ void Engine::execute(Request& r) {
   } catch (const PeerError& e) {
     stall_.end();  // the watch leaves the store to the failure's report
     r.done(fail(scope_ + "tfring." + kindName(r.kind) + " '" + r.name + "' failed on rank " +
-                    std::to_string(config_.rank) + ": " + e.what(),
+                    std::to_string(names_(config_.rank)) + ": " + e.what(),
                 e.rank()));
   } catch (const Error& e) {
     r.done(Status::error(e.code(), scope_ + e.what()));
@@ -139,7 +140,7 @@ std::vector<FramedBlock> Engine::agree(const Request& r, Deadline d, const IoLis
   if (config_.size == 1) return {};
   const auto start = std::chrono::steady_clock::now();
   const auto wall = Timeline::Clock::now();
-  auto blocks = checkRanksAgree(world(), config_.size, r, config_.fusionThresholdBytes, d, payload, &joined_);
+  auto blocks = checkRanksAgree(world(), config_.size, r, config_.fusionThresholdBytes, d, payload, &joined_, names_);
   traffic_.waited(r.kind, std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::steady_clock::now() - start).count());
   if (timeline_.on()) {
@@ -179,7 +180,7 @@ void Engine::allreduceGathered(Request& r, Deadline d) {
       continue;
     }
     if (blocks[k].payload.size() != mine.size()) {
-      throw PeerError(k, "rank " + std::to_string(k) + " sent " + std::to_string(blocks[k].payload.size()) +
+      throw PeerError(names_(k), "rank " + std::to_string(names_(k)) + " sent " + std::to_string(blocks[k].payload.size()) +
                              " bytes for a request that it described as ours (" + std::to_string(mine.size()) + ")");
     }
     inputs[k] = blocks[k].payload.data();
@@ -242,12 +243,14 @@ std::vector<std::vector<int64_t>> Engine::agreeCounts(const Request& r, Deadline
   for (int k = 0; k < config_.size; ++k) {
     if (k == config_.rank) continue;
     if (gathered[k].payload.size() != bytes) {
-      throw PeerError(k, "rank " + std::to_string(k) + " sent " + std::to_string(gathered[k].payload.size()) +
+      throw PeerError(names_(k), "rank " + std::to_string(names_(k)) + " sent " + std::to_string(gathered[k].payload.size()) +
                              " bytes of row counts for a " + kindName(r.kind) + " (expected " + std::to_string(bytes) + ")");
     }
     std::memcpy(all[k].data(), gathered[k].payload.data(), bytes);
     for (int64_t v : all[k]) {
-      if (v < 0) throw PeerError(k, "rank " + std::to_string(k) + " sent a negative row count for a " + kindName(r.kind));
+      if (v < 0) {
+        throw PeerError(names_(k), "rank " + std::to_string(names_(k)) + " sent a negative row count for a " + kindName(r.kind));
+      }
     }
   }
   return all;
@@ -377,7 +380,7 @@ void Engine::join(Request& r) {
   stall_.end();  // a joined rank waits for the others' next collective as long as they compute
   for (;;) {
     const Deadline d = Deadline::after(config_.collectiveTimeout);
-    JoinRound round = joinRound(world(), config_.size, config_.rank, config_.fusionThresholdBytes, joinedAt, d);
+    JoinRound round = joinRound(world(), config_.size, config_.rank, config_.fusionThresholdBytes, joinedAt, d, names_);
     if (round.allJoined) return finish(round.lastJoined);
     ++executed_;  // one of the other ranks' collectives
     if (round.serve) serveJoined(round.facts, d);
@@ -421,10 +424,11 @@ Status Engine::fail(const std::string& what, int peer) {
       // On rank 0 the store is its own. Elsewhere a request it did not answer in time says that
       // rank 0 stopped answering; a closed connection, that it exited.
       const auto* error = dynamic_cast<const Error*>(&e);
-      if (config_.rank != 0 && error && error->code() == Code::kDeadlineExceeded) {
+      const bool storeHere = names_(config_.rank) == 0;  // the store lives on job rank 0
+      if (!storeHere && error && error->code() == Code::kDeadlineExceeded) {
         message += peer == 0 ? " (its rendezvous store stopped answering too)"
                              : " (the rendezvous store on rank 0 stopped answering too)";
-      } else if (config_.rank != 0 && peer != 0) {
+      } else if (!storeHere && peer != 0) {
         message += " (the rendezvous store on rank 0 is gone too)";
       }
     }

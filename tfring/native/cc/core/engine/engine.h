@@ -28,6 +28,7 @@
 #include "common.h"
 #include "config.h"
 #include "engine/join.h"
+#include "engine/rank_names.h"
 #include "engine/request.h"
 #include "engine/stall_watch.h"
 #include "engine/timeline.h"
@@ -43,8 +44,10 @@ class Engine {
  public:
   // `store` (may be null) is only used to leave and read the reason of a failure.
   // `rings.world` is null for a job of one rank (a bare Transport converts to world-only Rings).
-  // `scope`, when given, starts the message of every failure (a process set's engine names its set).
-  Engine(const Config& config, Rings rings, std::shared_ptr<Store> store, std::string scope = "");
+  // `scope`, when given, starts the message of every failure (a process set's engine names its set);
+  // `names` gives the job rank of each position in the ring, for every message (rank_names.h).
+  Engine(const Config& config, Rings rings, std::shared_ptr<Store> store, std::string scope = "",
+         RankNames names = RankNames());
   ~Engine();
   // Never blocks; `done` runs on the engine thread (or here, if the engine already failed).
   void enqueue(Request request);
@@ -88,6 +91,7 @@ class Engine {
 
   Config config_;
   std::string scope_;
+  RankNames names_;
   Rings rings_;
   std::shared_ptr<Store> store_;
   std::vector<uint8_t> fusion_;

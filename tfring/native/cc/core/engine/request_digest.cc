@@ -164,7 +164,7 @@ void appendVarint(uint64_t v, std::string* out) {
   out->push_back(static_cast<char>(v));
 }
 
-std::string mismatchMessage(const Request& r, const std::vector<std::string>& all) {
+std::string mismatchMessage(const Request& r, const std::vector<std::string>& all, const RankNames& names) {
   auto described = [](const std::string& text, std::string* name) {
     auto lines = split(text);
     if (!lines.empty() && lines.back().rfind("name: ", 0) == 0) {
@@ -181,16 +181,19 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
     std::string prefix = std::string("tfring.") + kindName(r.kind) + " '" + r.name +
                          "': ranks passed different inputs: ";
     if (first[0] != other[0]) {
-      return prefix + "rank 0 called " + first[0] + " ('" + name0 + "') but rank " + std::to_string(k) + " called " +
+      return prefix + "rank " + std::to_string(names(0)) + " called " + first[0] + " ('" + name0 + "') but rank " +
+             std::to_string(names(k)) + " called " +
              other[0] + " ('" + namek + "')" + likelyCause(name0, namek, true);
     }
     for (size_t i = 1; i < first.size() && i < other.size(); ++i) {
       if (first[i] != other[i] && first[i].rfind("passes:", 0) == 0) {
-        return prefix + "rank 0 cuts lists into " + first[i] + " but rank " + std::to_string(k) + " into " + other[i];
+        return prefix + "rank " + std::to_string(names(0)) + " cuts lists into " + first[i] + " but rank " +
+               std::to_string(names(k)) + " into " + other[i];
       }
       if (first[i] != other[i]) {
-        return prefix + "tensor " + std::to_string(i - 1) + " has shape " + first[i] + " on rank 0 but " +
-               other[i] + " on rank " + std::to_string(k) + likelyCause(name0, namek, false);
+        return prefix + "tensor " + std::to_string(i - 1) + " has shape " + first[i] + " on rank " +
+               std::to_string(names(0)) + " but " + other[i] + " on rank " + std::to_string(names(k)) +
+               likelyCause(name0, namek, false);
       }
     }
   }
@@ -204,7 +207,7 @@ std::string describeRequest(const Request& r, size_t fusionThresholdBytes) {
 
 std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const Request& r,
                                          size_t fusionThresholdBytes, Deadline deadline, const IoList& payload,
-                                         std::vector<int>* joined) {
+                                         std::vector<int>* joined, const RankNames& names) {
   const Digest digest = requestDigest(r, fusionThresholdBytes);
   auto blocks = ringAllgatherFramed(transport, size, std::vector<uint8_t>(digest.begin(), digest.end()), payload,
                                     kGatheredAllreduceBudget, deadline);
@@ -214,22 +217,24 @@ std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const R
   if (same) return blocks;  // ours is a request's tag, so no rank has joined
   *joined = joinedRanks(blocks, joinTag(fusionThresholdBytes), &same);
   if (!joined->empty()) {
+    std::vector<int> joinedRanks;  // as users know them
+    for (int p : *joined) joinedRanks.push_back(names(p));
     if (!same) {
       throw Error(Code::kFailedPrecondition, std::string("tfring.") + kindName(r.kind) + " '" + r.name +
                                                  "': ranks passed different inputs, while rank(s) " +
-                                                 rankList(*joined) + " have joined (hvd.join)");
+                                                 rankList(joinedRanks) + " have joined (hvd.join)");
     }
     allgatherStrings(transport, size, encodeJoinFacts(r), deadline);  // what the joined ranks take part in
-    if (!joinServes(r.kind, r.op, static_cast<bool>(r.staged))) throw Error(Code::kFailedPrecondition, joinRefusal(r, *joined));
+    if (!joinServes(r.kind, r.op, static_cast<bool>(r.staged))) throw Error(Code::kFailedPrecondition, joinRefusal(r, joinedRanks));
     return blocks;
   }
   const std::string mine = describeRequest(r, fusionThresholdBytes);
   auto all = allgatherStrings(transport, size, mine + "name: " + r.name + "\n", deadline);
-  throw Error(Code::kFailedPrecondition, mismatchMessage(r, all));
+  throw Error(Code::kFailedPrecondition, mismatchMessage(r, all, names));
 }
 
 JoinRound joinRound(Transport* transport, int size, int rank, size_t fusionThresholdBytes, uint64_t joinedAt,
-                    Deadline deadline) {
+                    Deadline deadline, const RankNames& names) {
   const auto tag = joinTag(fusionThresholdBytes);
   auto blocks = ringAllgatherFramed(transport, size, tag, {{&joinedAt, sizeof(joinedAt)}}, kGatheredAllreduceBudget,
                                     deadline);
@@ -240,7 +245,9 @@ JoinRound joinRound(Transport* transport, int size, int rank, size_t fusionThres
     std::vector<uint64_t> at(size, joinedAt);
     for (int k = 0; k < size; ++k) {
       if (k == rank) continue;
-      if (blocks[k].payload.size() != sizeof(uint64_t)) throw PeerError(k, "rank " + std::to_string(k) + " sent a malformed join");
+      if (blocks[k].payload.size() != sizeof(uint64_t)) {
+        throw PeerError(names(k), "rank " + std::to_string(names(k)) + " sent a malformed join");
+      }
       std::memcpy(&at[k], blocks[k].payload.data(), sizeof(uint64_t));
     }
     round.allJoined = true;

@@ -15,6 +15,7 @@
 #include "algorithms/allgather_framed.h"
 #include "common.h"
 #include "engine/join.h"
+#include "engine/rank_names.h"
 #include "engine/request.h"
 #include "transport/transport.h"
 
@@ -25,7 +26,8 @@ std::string describeRequest(const Request& r, size_t fusionThresholdBytes);
 
 // The message for ranks that disagree: `all[k]` is rank k's describeRequest() followed by a line
 // "name: <op name>" (not digested: names only make the message clearer).
-std::string mismatchMessage(const Request& r, const std::vector<std::string>& all);
+// Ranks are named by `names` (rank_names.h).
+std::string mismatchMessage(const Request& r, const std::vector<std::string>& all, const RankNames& names = RankNames());
 
 // Appends `v` as a varint (7 bits a byte, low first) to `out`.
 void appendVarint(uint64_t v, std::string* out);
@@ -40,7 +42,7 @@ void appendVarint(uint64_t v, std::string* out);
 // second exchange, and a request that does not run with joined ranks throws joinRefusal().
 std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const Request& r,
                                          size_t fusionThresholdBytes, Deadline deadline, const IoList& payload,
-                                         std::vector<int>* joined);
+                                         std::vector<int>* joined, const RankNames& names = RankNames());
 
 // One check as a joined rank sees it: it sends the join tag with `joinedAt` (the index of the
 // collective at which it joined). Either every rank has joined (allJoined, lastJoined set), or
@@ -53,6 +55,6 @@ struct JoinRound {
   JoinFacts facts;
 };
 JoinRound joinRound(Transport* transport, int size, int rank, size_t fusionThresholdBytes, uint64_t joinedAt,
-                    Deadline deadline);
+                    Deadline deadline, const RankNames& names = RankNames());
 
 }  // namespace tfring

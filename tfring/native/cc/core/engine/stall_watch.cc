@@ -35,8 +35,15 @@ std::string summarizeRequest(const Request& r) {
   return s + (r.tensors.size() > kShapesShown ? " ...)" : ")");
 }
 
-StallWatch::StallWatch(int rank, int size, double warnAfter, double timeout, std::shared_ptr<Store> store, Log log)
-    : rank_(rank), size_(size), warnAfter_(warnAfter), timeout_(timeout), store_(std::move(store)), log_(std::move(log)) {
+StallWatch::StallWatch(int rank, int size, double warnAfter, double timeout, std::shared_ptr<Store> store, Log log,
+                       RankNames names)
+    : rank_(rank),
+      size_(size),
+      warnAfter_(warnAfter),
+      timeout_(timeout),
+      store_(std::move(store)),
+      log_(std::move(log)),
+      names_(std::move(names)) {
   if (warnAfter_ > 0 && size_ > 1 && store_) thread_ = std::thread([this] { loop(); });
 }
 
@@ -104,7 +111,7 @@ void StallWatch::check(std::unique_lock<std::mutex>& lock) {
   const std::string missing = missingRanks(index, until);
   if (stopping()) return;  // the engine is shutting down: say nothing, keep no lock
   char head[160];
-  std::snprintf(head, sizeof(head), "tfring: rank %d has waited %.0f s (of %.0f s) in collective #%llu, ", rank_,
+  std::snprintf(head, sizeof(head), "tfring: rank %d has waited %.0f s (of %.0f s) in collective #%llu, ", names_(rank_),
                 waited, timeout_, static_cast<unsigned long long>(index));
   log_(head + what + "; " + missing);
   lock.lock();
@@ -121,9 +128,7 @@ std::string StallWatch::missingRanks(uint64_t index, Deadline until) {
     return std::string("the rendezvous store cannot say which ranks are missing (") + e.what() + ")";
   }
   if (missing.empty()) return "every rank has reached it: data is still moving (a slow link or a busy rank?)";
-  std::string s = missing.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < missing.size(); ++i) s += (i ? ", " : "") + std::to_string(missing[i]);
-  return s + (missing.size() == 1 ? " has" : " have") + " not submitted it";
+  return names_.ranks(missing) + (missing.size() == 1 ? " has" : " have") + " not submitted it";
 }
 
 }  // namespace tfring

@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/rank_names.h"
 #include "engine/request.h"
 #include "rendezvous/store.h"
 
@@ -29,7 +30,9 @@ class StallWatch {
  public:
   using Log = std::function<void(const std::string&)>;
   // `warnAfter` <= 0 turns the watch off (no thread).
-  StallWatch(int rank, int size, double warnAfter, double timeout, std::shared_ptr<Store> store, Log log);
+  // `names` gives the job rank of each position, for what it says (rank_names.h).
+  StallWatch(int rank, int size, double warnAfter, double timeout, std::shared_ptr<Store> store, Log log,
+             RankNames names = RankNames());
   ~StallWatch();
   // The engine thread runs collective `index` (the same on every rank); `r` outlives end().
   void begin(uint64_t index, const Request* r);
@@ -49,6 +52,7 @@ class StallWatch {
   const double warnAfter_, timeout_;
   std::shared_ptr<Store> store_;
   Log log_;
+  RankNames names_;
 
   std::mutex mu_;
   std::condition_variable cv_;

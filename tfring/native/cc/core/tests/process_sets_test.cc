@@ -120,3 +120,17 @@ TEST(process_sets_name_themselves_in_failures) {
     }
   });
 }
+
+TEST(process_sets_name_job_ranks_not_positions) {
+  // In the set {0, 2}, job rank 2 is position 1: every message names it as rank 2, as its links do.
+  withSets(3, [](int r, ProcessSets& sets) {
+    const int evens = sets.add({0, 2});
+    if (r == 1) return;
+    std::vector<std::vector<float>> t = {std::vector<float>(r == 0 ? 4 : 5)};
+    const Status s = call(*sets.engine(evens), allreduceOf(t));
+    CHECK(!s.ok());
+    CHECK(s.message.find("process set 1 (job ranks 0 2): ") == 0);
+    CHECK(s.message.find("has shape [4] on rank 0 but [5] on rank 2") != std::string::npos);
+    CHECK(s.message.find("position") == std::string::npos);
+  });
+}
