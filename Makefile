@@ -237,7 +237,7 @@ bench-multihost: env
 # The documentation site (mkdocs.yml, docs/): its own environment, .venv-docs, from requirements/docs.txt
 # (MkDocs, Material, mkdocstrings; no TensorFlow: the API reference is read from the source), built
 # strictly (a broken link, a missing page or a docstring warning fails) into site/. `make test-docs`
-# builds it and runs the tests marked `docs` in that environment: the build, the front page's links,
+# runs the tests marked `docs` in that environment: the strict build, the front page's links,
 # and the site in headless Chromium (Debian's chromium and chromium-driver, installed where missing;
 # apt-get needs root). tests/docs_api_test.py (every public name in the reference) runs in the main
 # environment against site/.
@@ -249,7 +249,7 @@ $(DOCS_STAMP): requirements/docs.txt
 	touch $(DOCS_STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict -d site
-test-docs: docs
+test-docs: $(DOCS_STAMP)  # the test builds the site itself, strictly, into a folder of its own
 	@test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null)
 	$(DOCS_VENV)/bin/python -m pytest -q -m docs $(PYTEST_ARGS) tests/docs_site_test.py

@@ -8,6 +8,7 @@
   builds the library for any other TensorFlow on first use (tfring/native/library.py).
 """
 
+import functools
 import glob
 import importlib.util
 import os
@@ -45,13 +46,17 @@ def _version(name="__version__"):
         return re.search(rf'^{name} = "([^"]+)"', f.read(), re.M).group(1)
 
 
-def _prebuilt_libraries(build):
+@functools.lru_cache(maxsize=None)
+def _prebuilt_libraries():
     """The folders of tfring/native/lib/ holding a library built from these very sources (its build
-    info says so), which a wheel can carry: one per TensorFlow version and flavour."""
+    info says so), which a wheel can carry: one per TensorFlow version and flavour. Read once: each
+    reads every library and hashes every source."""
+    build = _load_build_module()
     folders = sorted(glob.glob(os.path.join(HERE, "tfring", "native", "lib", "tf*")))
-    return [f for f in folders if (build.read_build_info(f) or {}).get("sources") == build.source_digest()]
+    return tuple(f for f in folders if (build.read_build_info(f) or {}).get("sources") == build.source_digest())
 
 
+@functools.lru_cache(maxsize=None)
 def _tensorflow_here():
     return importlib.util.find_spec("tensorflow") is not None
 
@@ -68,20 +73,18 @@ class BuildPyWithOps(build_py):
     def run(self):
         super().run()
         build = _load_build_module()
-        if getattr(self, "editable_mode", False):
-            target = os.path.join(HERE, "tfring", "native")
-        else:
-            target = os.path.join(self.build_lib, "tfring", "native")
+        editable = getattr(self, "editable_mode", False)
+        target = os.path.join(HERE if editable else self.build_lib, "tfring", "native")
         if _tensorflow_here():
             here = build.library_dir(build.tensorflow_identity()["tensorflow"], target)
             if build.why_not_usable(here):  # already built from these sources for this TensorFlow: kept
                 build.build(base=target)
-        for folder in [] if target.startswith(os.path.join(HERE, "tfring")) else _prebuilt_libraries(build):
+        for folder in [] if editable else _prebuilt_libraries():  # an editable install uses them in place
             copy = os.path.join(target, "lib", os.path.basename(folder))
             if not os.path.exists(copy):
                 os.makedirs(copy)
                 shutil.copy2(os.path.join(folder, build.LIBRARY_NAME), copy)
-        if not _tensorflow_here() and not _prebuilt_libraries(build):
+        if not _tensorflow_here() and not _prebuilt_libraries():
             print("tfring: no TensorFlow in this build environment: `import tfring` builds the op library "
                   "on first use (needs g++)")
 
@@ -91,7 +94,7 @@ class DistributionWithOps(Distribution):
     it then installs into platlib and makes a platform wheel."""
 
     def has_ext_modules(self):
-        return _tensorflow_here() or bool(_prebuilt_libraries(_load_build_module()))
+        return _tensorflow_here() or bool(_prebuilt_libraries())
 
 
 class BdistWheelWithOps(bdist_wheel or object):

@@ -35,17 +35,28 @@ def versions():
     tested = tf.__version__.startswith(tuple(v + "." for v in TESTED_TENSORFLOW))
     found.append(Finding("TensorFlow", OK if tested else WARN, f"{tf.__version__} ({flavour})",
                          "" if tested else f"tfring is tested on TensorFlow {' and '.join(TESTED_TENSORFLOW)}"))
-    try:
-        import keras
-    except Exception as e:
-        return found + [Finding("Keras", FAIL, f"cannot import keras: {e}", f"pip install 'keras>={KERAS_FLOOR},<4'")]
-    major_minor = tuple(int(p) for p in keras.__version__.split(".")[:2])
-    floor = tuple(int(p) for p in KERAS_FLOOR.split(".")[:2])
-    usable = floor <= major_minor < (4, 0)
-    found.append(Finding("Keras", OK if usable else FAIL, keras.__version__,
-                         "" if usable else f"pip install 'keras>={KERAS_FLOOR},<4'"))
+    found.append(_keras(KERAS_FLOOR))
     found.append(Finding("tfring", OK, f"{__version__} ({os.path.dirname(os.path.dirname(__file__))})"))
     return found
+
+
+def _keras(floor):
+    """Keras: importable, not older than the floor (RingStrategy's own check), below 4 (tested)."""
+    fix = f"pip install 'keras>={floor},<4'"
+    try:
+        import keras
+
+        from tfring.strategy.keras_patches import KerasChangedError
+        from tfring.strategy.keras_wraps.install import check_keras_floor
+    except Exception as e:
+        return Finding("Keras", FAIL, f"cannot import keras: {e}", fix)
+    try:
+        check_keras_floor(keras.__version__)
+    except KerasChangedError as e:
+        return Finding("Keras", FAIL, str(e), fix)
+    if not keras.__version__.startswith("3."):
+        return Finding("Keras", FAIL, f"{keras.__version__}: tfring runs on Keras 3", fix)
+    return Finding("Keras", OK, keras.__version__)
 
 
 def op_library():
@@ -58,7 +69,7 @@ def op_library():
         return [Finding("op library", FAIL, "TensorFlow cannot be imported (above)", TENSORFLOW_FIX)]
     directory = build.library_dir(tf.__version__)
     reason = build.why_not_usable(directory)
-    compiler = shutil.which("g++")
+    compiler = build.find_compiler()
     if reason is None:
         info = build.read_build_info(directory)
         kernels = "CPU and GPU kernels" if info["gpu"] else f"CPU kernels ({info['gpu_note']})"
@@ -73,17 +84,15 @@ def op_library():
                          f"as a user who can write there: {sys.executable} -m tfring.native.build")]
     else:
         found = [Finding("op library", OK, f"will be built on first use ({reason}), in about a minute")]
-    found.append(_compiler(compiler, reason))
+    found.append(_compiler(build, compiler, reason))
     return found + [_gpu(build, tf)]
 
 
-def _compiler(compiler, reason):
+def _compiler(build, compiler, reason):
     if compiler is None:
         status = FAIL if reason else WARN
-        from tfring.native.build import COMPILER_PACKAGES
-
         return Finding("C++ compiler", status, "g++ not found: another TensorFlow version needs a rebuild",
-                       f"install g++ ({COMPILER_PACKAGES})")
+                       f"install g++ ({build.COMPILER_PACKAGES})")
     return Finding("C++ compiler", OK, f"{_first_line([compiler, '--version'])} ({compiler})")
 
 
@@ -168,8 +177,9 @@ def tcp_interfaces():
 def launchers(hosts=None):
     """ssh (needed for several hosts), mpirun and srun (for their jobs), and a scheduler's allocation."""
     from tfring.launch import allocation
+    from tfring.launch.hosts import is_local
 
-    need_ssh = bool(hosts) and any(not _is_this_host(h.name) for h in hosts)
+    need_ssh = bool(hosts) and any(not is_local(h.name) for h in hosts)
     found = []
     for program, version_flag, use, package in (("ssh", "-V", "tfring run -H (several hosts)", "openssh-client"),
                                                 ("mpirun", "--version", "mpirun jobs", "openmpi-bin"),
@@ -192,10 +202,12 @@ def launchers(hosts=None):
 
 def ssh_reaches(hosts):
     """For `-H`: ssh reaches every other host without a password (as `tfring run` will ask it to)."""
+    from tfring.launch.hosts import is_local
+
     ssh = shutil.which("ssh")
     found = []
     for host in hosts or []:
-        if _is_this_host(host.name) or ssh is None:
+        if is_local(host.name) or ssh is None:
             continue
         cmd = [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host.name, "true"]
         try:
@@ -206,10 +218,6 @@ def ssh_reaches(hosts):
         found.append(Finding(f"ssh {host.name}", OK if ok else FAIL, "reachable without a password" if ok else why,
                              "" if ok else f"set up key login: ssh-copy-id {host.name} (tfring run uses BatchMode)"))
     return found
-
-
-def _is_this_host(name):
-    return name in ("localhost", "127.0.0.1", socket.gethostname())
 
 
 def job_secret():

@@ -238,9 +238,14 @@ def _build_info_source(info):
             f'extern "C" __attribute__((visibility("default"), used)) const char tfring_build_info[] = "{text}";\n')
 
 
+def find_compiler():
+    """The C++ compiler `build()` runs: the path of g++ on PATH, or None."""
+    return shutil.which("g++")
+
+
 def require_compiler():
     """Raises RuntimeError naming the package to install when there is no g++ on PATH."""
-    if shutil.which("g++") is None:
+    if find_compiler() is None:
         raise RuntimeError(f"no C++ compiler: g++ (C++17) was not found on PATH. Install it ({COMPILER_PACKAGES})")
 
 

@@ -52,12 +52,6 @@ bool joinServes(OpKind kind, ReduceOp op, bool staged) {
   return kind == OpKind::kAllreduce && (op == ReduceOp::kSum || op == ReduceOp::kMean) && !staged;
 }
 
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s;
-  for (int k : ranks) s += (s.empty() ? "" : ", ") + std::to_string(k);
-  return s;
-}
-
 std::string joinRefusal(const Request& r, const std::vector<int>& joined) {
   std::string what = std::string(kindName(r.kind));
   if (r.kind == OpKind::kAllreduce) what += r.staged ? " of device tensors" : std::string(" with op ") + reduceOpName(r.op);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "data_type.h"
+#include "engine/rank_names.h"
 #include "engine/request.h"
 
 namespace tfring {
@@ -36,9 +37,6 @@ JoinFacts decodeJoinFacts(const std::string& bytes);
 
 // Whether a request runs while some ranks have joined (the one rule both sides apply).
 bool joinServes(OpKind kind, ReduceOp op, bool staged);
-
-// "0, 2": ranks for a message.
-std::string rankList(const std::vector<int>& ranks);
 
 // The error of a request refused because `joined` ranks have joined.
 std::string joinRefusal(const Request& r, const std::vector<int>& joined);

@@ -9,6 +9,13 @@
 
 namespace tfring {
 
+// "0, 2": ranks for a message.
+inline std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (int k : ranks) s += (s.empty() ? "" : ", ") + std::to_string(k);
+  return s;
+}
+
 class RankNames {
  public:
   RankNames() = default;  // the whole job's ring: position p is rank p
@@ -16,11 +23,15 @@ class RankNames {
 
   // The job rank at ring position `position`.
   int operator()(int position) const { return jobRanks_.empty() ? position : jobRanks_.at(position); }
+  // The job ranks at `positions`.
+  std::vector<int> operator()(const std::vector<int>& positions) const {
+    std::vector<int> ranks;
+    for (int p : positions) ranks.push_back((*this)(p));
+    return ranks;
+  }
   // "rank 2" or "ranks 0, 2": the job ranks at `positions`.
   std::string ranks(const std::vector<int>& positions) const {
-    std::string s;
-    for (int p : positions) s += (s.empty() ? "" : ", ") + std::to_string((*this)(p));
-    return (positions.size() == 1 ? "rank " : "ranks ") + s;
+    return (positions.size() == 1 ? "rank " : "ranks ") + rankList((*this)(positions));
   }
 
  private:

@@ -217,8 +217,7 @@ std::vector<FramedBlock> checkRanksAgree(Transport* transport, int size, const R
   if (same) return blocks;  // ours is a request's tag, so no rank has joined
   *joined = joinedRanks(blocks, joinTag(fusionThresholdBytes), &same);
   if (!joined->empty()) {
-    std::vector<int> joinedRanks;  // as users know them
-    for (int p : *joined) joinedRanks.push_back(names(p));
+    const std::vector<int> joinedRanks = names(*joined);  // as users know them
     if (!same) {
       throw Error(Code::kFailedPrecondition, std::string("tfring.") + kindName(r.kind) + " '" + r.name +
                                                  "': ranks passed different inputs, while rank(s) " +
