@@ -8,6 +8,7 @@ Rooms, top down (.importlinter keeps imports pointing down):
   (communication hooks, buckets, sparse rows, accumulation, loss reductions);
 - `input/`: each rank's share of every global batch;
 - the step's parts: `step_rows`, `step_outputs`, `rank_statistics`, `shared_seed`,
+  `replica_count_warning`,
   `model_fingerprint`, `inter_op_threads`; below them `rank_agreement`, `strategy_base` and
   `keras_patches` (how a wrap is declared and applied).
 """

@@ -11,6 +11,7 @@ from tensorflow.python.distribute import values as values_lib
 from tfring.ops import collectives
 from tfring.ops import ordering
 from tfring.strategy import rank_statistics
+from tfring.strategy import replica_count_warning
 from tfring.strategy import step_outputs
 from tfring.strategy import step_rows
 from tfring.strategy.gradients import accumulation
@@ -70,6 +71,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
     # ---- replicas ----
     @property
     def _num_replicas_in_sync(self):
+        if self.step_rows is not None:
+            replica_count_warning.warn_if_read_by_the_script()
         return self._size
 
     def _get_local_replica_id(self, replica_id_in_sync_group):
@@ -168,13 +171,14 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             return tensors
         return collectives.allreduce(tensors, op="mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum")
 
-    def reduce_gradients(self, grads, reduce_op=tf.distribute.ReduceOp.SUM, as_rows=False):
+    def reduce_gradients(self, grads, reduce_op=tf.distribute.ReduceOp.SUM, as_rows=False, by_rows=False):
         """This rank's gradients summed over the ranks (see `gradients.reduction`); None stays None.
 
         Args:
             grads: a list of tensors, `tf.IndexedSlices` or None.
             reduce_op: SUM or MEAN.
             as_rows: sparse gradients travel as rows (they are clipped next).
+            by_rows: a MEAN that weighs each rank by its rows in the step (see `step_rows`).
 
         Returns:
             A list like `grads`.
@@ -182,7 +186,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         frame = self.gradient_frame
         rows = None if frame is not None and frame.zeroed else self.step_rows
         op = "mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum"
-        return reduction.reduce_gradients(self.gradient_settings, grads, op=op, rows=rows, as_rows=as_rows)
+        return reduction.reduce_gradients(self.gradient_settings, grads, op=op, rows=rows, as_rows=as_rows,
+                                          by_rows=by_rows)
 
     def _local_value(self, value):
         if isinstance(value, tf.IndexedSlices):

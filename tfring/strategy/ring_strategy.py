@@ -3,10 +3,10 @@
 Keras 3's TensorFlow trainer drives a strategy through a handful of calls; this strategy answers
 each of them across processes:
 
-- `num_replicas_in_sync` is the job size; Keras scales each rank's loss by this rank's share of the
-  step's rows (1/size when the global batch divides evenly; see `step_rows`), so the summed
-  gradients are the mean over the global batch;
-- gradients are all-reduced as they enter the optimizer, in buckets, through a communication hook
+- `num_replicas_in_sync` is the job size; a rank's loss is what one process computes on its rows
+  (Keras' own 1/size loss scaling does nothing: see `step_rows`), however the script writes it;
+- gradients are averaged as they enter the optimizer, each rank weighted by its share of the step's
+  rows, so they are the mean over the global batch, in buckets, through a communication hook
   (see `gradients.door` and `gradients.comm_hooks`); Keras' own gradient `all_reduce`
   (`ReplicaContext.all_reduce` -> `batch_reduce_to`) then passes them through, or reduces them
   where the door leaves it to Keras (gradient accumulation, custom loops);

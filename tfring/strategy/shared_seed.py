@@ -6,9 +6,13 @@ see the same data in the same order:
 - Keras shuffles NumPy input (`fit(x, y)`, `shuffle=True` by default) with TensorFlow's random
   ops, and a `tf.data` shuffle without a seed also draws from them. Without a global seed each
   process would shuffle differently, and the ranks' rows would overlap and miss (silently:
-  training still runs). So `RingStrategy()` sets TensorFlow's global seed to a value drawn on
-  rank 0 and broadcast, when the script has not set one (`keras.utils.set_random_seed` or
-  `tf.random.set_seed`, called with the same value on every rank, keeps working as before).
+  training still runs). So `RingStrategy()` sets TensorFlow's global seed when the script has not
+  set one (`keras.utils.set_random_seed` or `tf.random.set_seed`, called with the same value on
+  every rank, keeps working as before): to TensorFlow's own default graph seed, the one a process
+  without a global seed gives every op that has a seed of its own. So a pipeline seeded by its
+  ops (`shuffle(256, seed=3)`) gives the job the batches it gives one process, and an unseeded
+  one is the same on every rank (and, like PyTorch's `DistributedSampler` with its default seed,
+  from run to run).
 - Scripts also make or split their data with NumPy's and Python's global generators
   (`np.random.permutation` for a train/validation split, `np.random.rand`, `random.shuffle`),
   often unseeded. Every rank takes rank 0's state of both, seeded or not, so data made after
@@ -18,11 +22,11 @@ see the same data in the same order:
 """
 
 import random
-import secrets
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
+from tensorflow.python.framework import random_seed
 
 from tfring.ops import collectives
 
@@ -62,8 +66,8 @@ def _set_python_state(words):
 
 
 def agree_on_random_state(rank, size):
-    """Gives every rank rank 0's NumPy and Python global random state, and one TensorFlow global
-    seed when none is set. Every rank must call it (one broadcast).
+    """Gives every rank rank 0's NumPy and Python global random state, and TensorFlow's default
+    graph seed as the global seed when none is set. Every rank must call it (one broadcast).
 
     Args:
         rank: this process's rank.
@@ -79,16 +83,15 @@ def agree_on_random_state(rank, size):
     if size < 2:
         return context.global_seed()
     numpy_words, python_words = _numpy_state(), _python_state()
-    offer = [secrets.randbelow(2**31)] + numpy_words + python_words
+    offer = numpy_words + python_words
     if rank != 0:
         offer = [0] * len(offer)
     # Every rank takes part; NumPy's position (<= 624) and Python's version keep the sizes fixed.
     agreed = [int(v) for v in collectives.broadcast(tf.constant(offer, tf.int64), root_rank=0).numpy()]
-    seed, agreed = agreed[0], agreed[1:]
     _set_numpy_state(agreed[:len(numpy_words)])
     _set_python_state(agreed[len(numpy_words):])
     chosen = context.global_seed()
     if chosen is None:
-        tf.random.set_seed(seed)
-        return seed
+        tf.random.set_seed(random_seed.DEFAULT_GRAPH_SEED)
+        return random_seed.DEFAULT_GRAPH_SEED
     return chosen

@@ -1,18 +1,25 @@
-"""Global batches that do not divide evenly among the ranks: each rank's share of a step.
+"""Each rank's share of a step's rows, and the rule that makes every way of writing a loss exact.
+
+The rule: **a rank's loss is what one process computes on that rank's rows** (a mean over its
+rows, as a user writes it for one process), and the job's gradient is the mean of the ranks'
+gradients weighted by their rows. So the loss a user writes needs no scaling for the job: Keras'
+own 1 / replicas scaling (`scale_loss_for_distribution`, inside every `keras.losses.Loss`, and on
+what `add_loss` adds) does nothing under a RingStrategy, and the optimizer's door
+(`gradients.door`) averages the ranks' gradients by rows. A custom `train_step` with its own tape
+and `ops.mean`, two optimizers in one step, `compute_loss` overridden, `add_loss` with plain ops or
+with `Loss` objects, and `compile`'s losses then all train as one process does. Losses whose
+one-process value is not a mean over rows are expressed per rank so that the same weighted mean
+gives it (`gradients.loss_reductions`: sums, masked and sample-weighted means, and
+`tf.nn.compute_average_loss`).
 
 The last batch of an epoch is usually short (397 rows in batches of 32 leave 13), and 13 rows
-over 2 ranks give one rank 7 and the other 6; fewer rows than ranks leave some ranks none. Keras
-scales each rank's loss (a mean over its own rows) by 1 / ranks before the gradients are summed,
-which is the global mean only when every rank holds the same number of rows.
+over 2 ranks give one rank 7 and the other 6; fewer rows than ranks leave some ranks none. So
+every step first gathers each rank's row count (one small collective), and the weights are each
+rank's share of the global batch, rows / global rows: exactly 1 / ranks when every rank holds the
+same number of rows, so that the even case is a plain mean over the ranks.
 
-So every step first gathers each rank's row count (one small collective), and Keras' loss scaling
-uses this rank's share of the global batch, rows / global rows, instead of 1 / ranks: the summed
-gradients are then exactly the gradient of the global batch's mean, whatever each rank holds, and a
-rank with no rows contributes nothing but still joins every collective. When all ranks hold the
-same number of rows the share is 1 / ranks to the bit, so the even case is unchanged.
-
-`keras_wraps.install` routes Keras' `scale_loss_for_distribution` / `unscale_loss_for_distribution` through
-the share of the step being traced; outside a RingStrategy step they behave as before.
+A scalar fed to a `keras.metrics.Mean` inside a step (a loss tracker) counts for its rank's rows
+too, so the logged value is the global batch's whatever each rank holds.
 """
 
 import tensorflow as tf
@@ -39,7 +46,7 @@ class StepRows:
         self.counts = collectives.allgather(tf.reshape(local, [1]))
         self.total = tf.reduce_sum(self.counts)
         self.even = tf.reduce_all(tf.equal(self.counts, self.counts[0]))
-        self._size = size
+        self.size = size
 
     @classmethod
     def of(cls, args, size):
@@ -68,7 +75,7 @@ class StepRows:
         Returns:
             A scalar tensor.
         """
-        return self._ratio(self.local, self.total, 1.0 / self._size, dtype)
+        return self._ratio(self.local, self.total, 1.0 / self.size, dtype)
 
     def inverse_share(self, dtype):
         """Global rows / this rank's rows (exactly ranks when even; 0 for a rank with no rows).
@@ -79,7 +86,7 @@ class StepRows:
         Returns:
             A scalar tensor.
         """
-        return self._ratio(self.total, self.local, float(self._size), dtype)
+        return self._ratio(self.total, self.local, float(self.size), dtype)
 
     def _ratio(self, numerator, denominator, when_even, dtype):
         # when_even is the exact value of the ratio when every rank holds the same rows.
@@ -96,6 +103,34 @@ class StepRows:
             A tensor like `value`.
         """
         return self.zero_if_empty([value * self.share(value.dtype)])[0]
+
+    def weight(self, dtype):
+        """This rank's rows over the mean rows per rank: ranks * share, exactly 1 when even.
+
+        Args:
+            dtype: the dtype of the result.
+
+        Returns:
+            A scalar tensor.
+        """
+        return self._ratio(self.local * self.size, self.total, 1.0, dtype)
+
+    def for_mean(self, values):
+        """`values` as this rank's part of a mean over the ranks that weighs each rank by its rows.
+
+        A plain mean over the ranks of what this returns is the rows-weighted mean: the values
+        unchanged when every rank holds the same rows (no arithmetic), `values` * ranks * share
+        otherwise, and zeros from a rank that holds no rows.
+
+        Args:
+            values: a list of float tensors.
+
+        Returns:
+            A list of tensors like `values`.
+        """
+        values = [tf.convert_to_tensor(v) for v in values]
+        return tf.cond(self.even, lambda: self.zero_if_empty(values),
+                       lambda: self.zero_if_empty([v * self.weight(v.dtype) for v in values]))
 
     def zero_if_empty(self, values):
         """`values` unchanged, or zeros when this rank holds no rows.
@@ -129,28 +164,43 @@ def current():
     return getattr(strategy.extended, "step_rows", None)
 
 
-def _scaled(original, scale):
+def in_ring_strategy():
+    """True under a RingStrategy (its scope, or one of its steps).
+
+    Returns:
+        bool.
+    """
+    return hasattr(tf.distribute.get_strategy().extended, "step_rows")
+
+
+def _unscaled(original):
+    # The rule above: a rank's loss is what one process computes on its rows; nothing to scale.
     def wrapper(value):
-        rows = current()
-        if rows is None:
-            return original(value)
-        value = tf.convert_to_tensor(value)
-        return value * scale(rows, value.dtype)
+        return value if in_ring_strategy() else original(value)
 
     return wrapper
 
 
-def _scale_by_share(original):
-    return _scaled(original, lambda rows, dtype: rows.share(dtype))
+def _weighted_scalars(original):
+    def update_state(self, values, sample_weight=None):
+        rows = current()
+        if rows is None or sample_weight is not None:
+            return original(self, values, sample_weight=sample_weight)
+        values = tf.convert_to_tensor(values)
+        if values.shape.rank != 0 or not values.dtype.is_floating:
+            return original(self, values, sample_weight=sample_weight)
+        return original(self, rows.zero_if_empty([values])[0], sample_weight=rows.weight(values.dtype))
 
-
-def _unscale_by_share(original):
-    return _scaled(original, lambda rows, dtype: rows.inverse_share(dtype))
+    return update_state
 
 
 PATCHES = [
-    keras_patches.Patch("keras.src.losses.loss", "scale_loss_for_distribution", _scale_by_share,
-                        "a rank's loss counts by its rows' share of the global batch", parameters=("value",)),
-    keras_patches.Patch("keras.src.losses.loss", "unscale_loss_for_distribution", _unscale_by_share,
+    keras_patches.Patch("keras.src.losses.loss", "scale_loss_for_distribution", _unscaled,
+                        "a rank's loss is what one process computes on its rows; the door weighs the "
+                        "ranks' gradients by rows", parameters=("value",)),
+    keras_patches.Patch("keras.src.losses.loss", "unscale_loss_for_distribution", _unscaled,
                         "the inverse of scale_loss_for_distribution", parameters=("value",)),
+    keras_patches.Patch("keras.metrics.Mean", "update_state", _weighted_scalars,
+                        "a scalar tracked in a step (a loss tracker) counts for its rank's rows",
+                        parameters=("self", "values", "sample_weight")),
 ]

@@ -10,14 +10,15 @@ where one does (PyTorch's `no_sync`, Horovod's `backward_passes_per_step`). So:
 - accumulators are each rank's own (`is_accumulator`): sync-on-read with SUM aggregation, so a
   step reads and updates this rank's partial sum, and reading one outside a step (a checkpoint
   being saved) gives the sum over the ranks;
-- a rank with no rows in a micro-step adds zeros (gradients of an empty batch may be NaN): with
-  accumulation on, the optimizer's door (`door`) zeroes them with `zero_where_no_rows` (one
-  decision for the whole list) before Keras accumulates or applies them, and the step's gradient
-  reduction then leaves what it is given alone, so what a rank accumulated still counts on a
-  micro-step where it holds no rows.
+- each rank's gradients are of the mean loss over its own rows (`step_rows`): with accumulation on,
+  the optimizer's door (`door`) weighs them by the rank's share of the micro-step's rows with
+  `weighted_by_rows` (zeros from a rank with no rows, whose empty batch may give NaN) before Keras
+  accumulates or applies them, and the step's gradient reduction then sums what it is given, so
+  what a rank accumulated still counts on a micro-step where it holds no rows.
 
-The applied gradient is the sum over ranks of (g_r + acc_r) / k: the mean gradient of the global
-batches of the k micro-steps, what one process with the same accumulation applies.
+The applied gradient is the sum over ranks of (g_r + acc_r) / k, each micro-step's g_r weighed by
+its share: the mean gradient of the global batches of the k micro-steps, what one process with the
+same accumulation applies.
 """
 
 import tensorflow as tf
@@ -44,9 +45,9 @@ def is_accumulator(kwargs):
     return not kwargs.get("trainable", True) and str(kwargs.get("name") or "").endswith(_NAME)
 
 
-def zero_where_no_rows(grads, positions):
-    """`grads` unchanged, or zeros (the dense ones at `positions`) when this rank holds no rows in
-    the step.
+def weighted_by_rows(grads, positions):
+    """`grads` at `positions` times this rank's share of the step's rows (zeros for a rank without
+    rows), so that their sum over the ranks is the gradient of the global batch's mean loss.
 
     Args:
         grads: a list of gradients (tensors, `tf.IndexedSlices` or None), inside a RingStrategy step.
@@ -57,11 +58,14 @@ def zero_where_no_rows(grads, positions):
 
     Example:
 
-    >>> grads = zero_where_no_rows(grads, [0, 1])   # in the optimizer's door
+    >>> grads = weighted_by_rows(grads, [0, 1])   # in the optimizer's door
     """
-    dense = [k for k in positions if not isinstance(grads[k], tf.IndexedSlices)]
+    rows = step_rows.current()
     grads = list(grads)
-    if dense:
-        for k, g in zip(dense, step_rows.current().zero_if_empty([grads[k] for k in dense])):
-            grads[k] = g
+    for k in positions:
+        g = grads[k]
+        if isinstance(g, tf.IndexedSlices):
+            grads[k] = tf.IndexedSlices(rows.weighted(g.values), g.indices, g.dense_shape)
+        else:
+            grads[k] = rows.weighted(g)
     return grads

@@ -2,7 +2,7 @@
 
 After the gradients enter the optimizer (see `door`), `RingStrategy` cuts the dense ones into
 buckets (see `buckets`) and hands each bucket to its communication hook, as PyTorch DDP's
-`register_comm_hook(state, hook)` does. `allreduce_hook` (the default: the exact sum) and
+`register_comm_hook(state, hook)` does. `allreduce_hook` (the default: exact, as `bucket.op` asks) and
 `cast_hook` (`compression="fp16"`/`"bf16"`) are the first two; gradient compression with error
 feedback or a sharded optimizer's reduce-scatter are new hooks, with no change to the Keras glue.
 
@@ -14,11 +14,14 @@ The contract:
   collectives and return, not wait for them.
 - `bucket` is a `GradientBucket`: `bucket.gradients` (this rank's dense gradients in the bucket,
   each shaped and typed like its variable), `bucket.index` (0 for the first bucket of the step,
-  the same on every rank), `bucket.is_last` and `bucket.op` ("sum", or "mean" in a custom loop's
-  MEAN reduction). Start collectives with `bucket.allreduce(tensors, op)`, which returns a
-  `Future`; `Future.then(fn)` transforms its result once it is there.
+  the same on every rank), `bucket.is_last` and `bucket.op`: "mean" for the gradients entering an
+  optimizer (each rank's are of the mean loss over its own rows, weighed already when the ranks
+  hold different numbers of rows: the job's gradient is their mean, as PyTorch DDP's hooks
+  return), "sum" for an explicit `all_reduce("sum", ...)` in a step. Start collectives with
+  `bucket.allreduce(tensors, op)` (default: `bucket.op`), which returns a `Future`;
+  `Future.then(fn)` transforms its result once it is there.
 - The `Future` must give a list of tensors shaped and typed like `bucket.gradients`: the reduced
-  gradients. **Every rank must end with identical bits** (the ranks' weights would drift apart
+  gradients, reduced as `bucket.op` says. **Every rank must end with identical bits** (the ranks' weights would drift apart
   otherwise): reduce what travels with collectives only, never mix in a rank's own values after.
 - Every rank must start the same collectives in the same order (ranks pass the same hook and
   state).
@@ -32,9 +35,9 @@ The contract:
 
 Example:
 
->>> def halves(state, bucket):            # an exact hook: the mean of the ranks' halves, summed
+>>> def halves(state, bucket):            # an exact hook: the ranks' halves reduced, then doubled
 ...     sent = [g / 2 for g in bucket.gradients]
-...     return bucket.allreduce(sent, "sum").then(lambda reduced: [r * 2 for r in reduced])
+...     return bucket.allreduce(sent, bucket.op).then(lambda reduced: [r * 2 for r in reduced])
 >>> strategy.register_comm_hook(None, halves)
 """
 
@@ -54,7 +57,7 @@ class Future(collectives.Pending):
 
     Example:
 
-    >>> future = bucket.allreduce(bucket.gradients, "sum")
+    >>> future = bucket.allreduce(bucket.gradients)
     >>> future.then(lambda reduced: [r / 2 for r in reduced]).wait()
     """
 
@@ -77,7 +80,7 @@ class GradientBucket:
     Args:
         index: the bucket's position among the step's buckets (the same on every rank).
         gradients: this rank's gradients in the bucket, a list of dense tensors.
-        op: the reduction asked for: "sum" (Keras' gradients) or "mean".
+        op: the reduction asked for: "mean" (the gradients entering an optimizer) or "sum".
         is_last: whether this is the step's last bucket.
         overlap: start collectives so that they overlap the rest of the step (several buckets in
             a graph); otherwise each is one op.

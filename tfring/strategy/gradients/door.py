@@ -1,9 +1,10 @@
 """The door: gradients are all-reduced where they enter the optimizer, before Keras looks at them.
 
 In a RingStrategy step with more than one rank, the wrap of the optimizer's public `apply` (and of
-`LossScaleOptimizer.apply`) all-reduces the gradients it is handed (in buckets through the
-communication hook, see `reduction`), then runs the rest of Keras' `apply` on the job's gradients,
-as one process would:
+`LossScaleOptimizer.apply`) averages the gradients it is handed over the ranks, each rank weighed
+by its rows (each rank's gradients are of the loss one process computes on its rows: the rule in
+`step_rows`), in buckets through the communication hook (see `reduction`), then runs the rest of
+Keras' `apply` on the job's gradients, as one process would:
 
 - clipping (`clipnorm`, `global_clipnorm`, `clipvalue`) clips the sum, not each rank's share (two
   shares clipped to a norm of c could add up to 2c); sparse gradients about to be clipped travel
@@ -17,7 +18,7 @@ A `LossScaleOptimizer`'s door reduces for every optimizer inside it (a `MultiOpt
 one's): their doors see its frame and only pass their gradients through.
 
 Gradient accumulation (`gradient_accumulation_steps=k`) keeps Keras' path, so that the gradients
-travel once per k micro-steps: the door zeroes the gradients of a rank without rows (see
+travel once per k micro-steps: the door weighs each micro-step's gradients by the rank's rows (see
 `accumulation`) and Keras all-reduces the accumulated sum on the micro-step that applies it; when
 that optimizer also clips, the wrap of `_clip_gradients` reduces the sum just before it is clipped.
 """
@@ -121,11 +122,16 @@ def _travelling(optimizer, grads, trainable_variables):
             if g is not None and not getattr(v, "overwrite_with_gradient", False)]
 
 
-def _reduce(extended, grads, positions, as_rows, scale=None):
-    """`grads` with those at `positions` all-reduced. With `scale` (a loss scale), what travels is
-    unscaled: the scale (a power of two) comes off before and back after, exactly."""
+def _reduce(extended, grads, positions, as_rows, scale=None, weighted=False):
+    """`grads` with those at `positions` averaged over the ranks, each rank weighed by its rows
+    (`step_rows`: each rank's gradients are of its own rows' loss), or summed when `weighted` (they
+    were weighed already: `accumulation`). With `scale` (a loss scale), what travels is unscaled:
+    the scale (a power of two) comes off before and back after, exactly."""
     sent = [grads[k] if scale is None else _times(grads[k], 1 / scale) for k in positions]
-    reduced = extended.reduce_gradients(sent, as_rows=as_rows)
+    if weighted:
+        reduced = extended.reduce_gradients(sent, tf.distribute.ReduceOp.SUM, as_rows=as_rows)
+    else:
+        reduced = extended.reduce_gradients(sent, tf.distribute.ReduceOp.MEAN, as_rows=as_rows, by_rows=True)
     grads = list(grads)
     for k, g in zip(positions, reduced):
         grads[k] = g if scale is None else _times(g, scale)
@@ -150,7 +156,7 @@ def _door(original):
         if outer is not None and outer.all_reduced:  # inside a LossScaleOptimizer's door
             frame = Frame(passes=len(positions))
         elif self.gradient_accumulation_steps:  # Keras reduces the sum, once per k micro-steps
-            grads = accumulation.zero_where_no_rows(grads, positions)
+            grads = accumulation.weighted_by_rows(grads, positions)
             frame = Frame(zeroed=True, reduce_at_clipping=clips(self))
         else:
             grads = _reduce(extended, grads, positions, as_rows=clips(self))
@@ -186,7 +192,7 @@ def _reduce_then_clip(original):
         positions = [k for k, g in enumerate(grads) if g is not None]
         frame.reduce_at_clipping = False
         frame.passes = len(positions)
-        return original(self, _reduce(extended, grads, positions, as_rows=True))
+        return original(self, _reduce(extended, grads, positions, as_rows=True, weighted=True))
 
     return clip
 
@@ -199,7 +205,8 @@ PATCHES = [
     keras_patches.Patch("keras.optimizers.LossScaleOptimizer", "apply", _loss_scale_door,
                         "under RingStrategy, LossScaleOptimizer checks the job's gradients, reduced in buckets",
                         parameters=_APPLY),
-    keras_patches.Patch("keras.src.optimizers.base_optimizer.BaseOptimizer", "_clip_gradients", _reduce_then_clip,
+    keras_patches.Patch("keras.src.optimizers.base_optimizer.BaseOptimizer", "_clip_gradients",
+                        _reduce_then_clip,
                         "with gradient accumulation, the accumulated gradients are all-reduced before they "
                         "are clipped", parameters=("self", "grads")),
 ]

@@ -1,18 +1,24 @@
-"""Keras losses whose mean is not over rows: divided by the global batch's divisor, as in one process.
+"""Keras losses whose one-process value is not a mean over rows, expressed per rank.
 
-A Keras loss reduced with `"sum_over_batch_size"` (the default) or `"mean"` divides a rank's summed
-loss by the elements it holds, and `step_rows` then scales it by the rank's share of the rows: the
-global mean, since every rank's elements are its rows times the same per-row count. Two cases
-divide by something else:
+The rule (`step_rows`): a rank's loss is what one process computes on that rank's rows, and the
+job averages the ranks' gradients weighted by their rows. A Keras loss reduced with
+`"sum_over_batch_size"` (the default) or `"mean"` is that already: a rank's mean over its rows.
+Three cases are not, and for them, under a RingStrategy step with more than one rank, the rank's
+loss is its part of the global batch's loss divided by its share of the rows, so that the same
+weighted mean gives the global batch's loss (and its gradient):
 
 - a mask on the predictions (an `Embedding(mask_zero=True)` upstream, padded sequences): the mean
-  is over the unmasked elements, and ranks hold different numbers of them;
-- `reduction="mean_with_sample_weight"`: the mean is over the sum of the sample weights.
+  is over the unmasked elements, and ranks hold different numbers of them; a rank with 3 real
+  tokens would otherwise weigh them as much as another rank's 300. The rank's summed loss is
+  divided by the unmasked elements summed over the ranks (one scalar allreduce per such loss per
+  step);
+- `reduction="mean_with_sample_weight"`: the same with the sum of the sample weights;
+- `reduction="sum"`: one process's loss is the sum over the global batch.
 
-A rank with 3 real tokens would then weigh them as much as another rank's 300. For these, under a
-RingStrategy step with more than one rank, the rank's summed loss is divided by the divisor summed
-over the ranks (one scalar allreduce per such loss per step) and not scaled further: the ranks'
-losses add up to the global batch's loss, and so do their gradients.
+`tf.nn.compute_average_loss(per_example, global_batch_size=B)` and `tf.nn.scale_regularization_loss`
+(the tf.distribute idiom) return each rank's share of the global loss, which a custom loop sums
+over the ranks (`strategy.reduce("SUM", ...)`): their values stay so, and their gradients are
+those of the rank's own loss, so that the door's weighted mean trains as one process.
 """
 
 import tensorflow as tf
@@ -64,25 +70,67 @@ def _divisor(values, sample_weight, mask, reduction, dtype):
     return tf.reduce_sum(weights)
 
 
-def _over_the_global_divisor(original):
+def _as_the_global_batch(original):
     def wrapper(values, sample_weight=None, mask=None, reduction="sum_over_batch_size", dtype=None):
         from keras.src.losses import loss as loss_module
 
         reduction = loss_module.standardize_reduction(reduction)
-        if step_rows.current() is None or divides_by_rows(reduction, sample_weight, mask):
+        rows = step_rows.current()
+        if rows is None or (reduction != "sum" and divides_by_rows(reduction, sample_weight, mask)):
             return original(values, sample_weight=sample_weight, mask=mask, reduction=reduction, dtype=dtype)
         summed = original(values, sample_weight=sample_weight, mask=mask, reduction="sum", dtype=dtype)
-        local = _divisor(values, sample_weight, mask, reduction, dtype)
-        total = collectives.allreduce(tf.cast(local, tf.float32), op="sum")
-        return tf.math.divide_no_nan(summed, tf.cast(total, summed.dtype))
+        if reduction != "sum":
+            local = _divisor(values, sample_weight, mask, reduction, dtype)
+            total = collectives.allreduce(tf.cast(local, tf.float32), op="sum")
+            summed = tf.math.divide_no_nan(summed, tf.cast(total, summed.dtype))
+        return summed * rows.inverse_share(summed.dtype)
 
     return wrapper
 
 
+def _average_loss_of_the_global_batch(original):
+    def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None):
+        rows = step_rows.current()
+        loss = original(per_example_loss, sample_weight=sample_weight, global_batch_size=global_batch_size)
+        if rows is None:
+            return loss
+        # Its value stays tf.distribute's (each rank's share: summed over the ranks, the global
+        # loss); its gradient is the rank's own loss's, which the door averages by rows.
+        factor = rows.inverse_share(loss.dtype) if global_batch_size is not None else float(rows.size)
+        return _with_gradient_times(loss, factor)
+
+    return compute_average_loss
+
+
+def _per_replica_regularization(original):
+    def scale_regularization_loss(regularization_loss):
+        loss = original(regularization_loss)
+        rows = step_rows.current()
+        return loss if rows is None else _with_gradient_times(loss, float(rows.size))
+
+    return scale_regularization_loss
+
+
+def _with_gradient_times(value, factor):
+    """`value` unchanged, with its gradient multiplied by `factor`."""
+
+    @tf.custom_gradient
+    def scaled(x):
+        return tf.identity(x), lambda dy: dy * tf.cast(factor, dy.dtype)
+
+    return scaled(value)
+
+
 PATCHES = [
-    keras_patches.Patch("keras.src.losses.loss", "reduce_weighted_values", _over_the_global_divisor,
-                        "a masked or sample-weighted mean divides by the global batch's divisor",
+    keras_patches.Patch("keras.src.losses.loss", "reduce_weighted_values", _as_the_global_batch,
+                        "a masked or sample-weighted mean, or a sum, counts as the global batch's",
                         parameters=("values", "sample_weight", "mask", "reduction", "dtype")),
+    keras_patches.Patch("tensorflow.nn", "compute_average_loss", _average_loss_of_the_global_batch,
+                        "tf.distribute's share of the global batch's loss trains as one process",
+                        parameters=("per_example_loss", "sample_weight", "global_batch_size")),
+    keras_patches.Patch("tensorflow.nn", "scale_regularization_loss", _per_replica_regularization,
+                        "tf.distribute's share of a regularization loss trains as one process",
+                        parameters=("regularization_loss",)),
 ]
 
 KERAS_INTERNALS = [

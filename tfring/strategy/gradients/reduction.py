@@ -48,7 +48,7 @@ class GradientSettings:
         return self.hook is comm_hooks.allreduce_hook
 
 
-def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False):
+def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_rows=False):
     """Sums (or averages) this rank's gradients over the ranks.
 
     Args:
@@ -59,6 +59,8 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False):
         rows: the step's `StepRows`, whose `zero_if_empty` replaces a rank's gradients by zeros
             when it holds no rows (one decision per bucket); None: leave them as they are.
         as_rows: sparse gradients travel as rows, never densified (they are clipped next).
+        by_rows: with `op="mean"` and `rows`, the mean weighs each rank by its rows (each rank's
+            gradients are of the mean loss over its own rows: `step_rows`).
 
     Returns:
         A list like `grads`, reduced; identical on every rank.
@@ -68,27 +70,32 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False):
     >>> reduce_gradients(settings, [kernel_grad, None, embedding_grad], rows=step_rows.current())
     """
     settings.traced = True
+    if by_rows and (op != "mean" or rows is None):
+        raise ValueError(f"a reduction by rows is a mean over the step's rows; got op={op!r}, rows={rows}")
     reduced = list(grads)
     dense = [k for k, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     slices = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
     if dense:
-        for k, r in zip(dense, _reduce_dense(settings, [grads[k] for k in dense], op, rows)):
+        for k, r in zip(dense, _reduce_dense(settings, [grads[k] for k in dense], op, rows, by_rows)):
             reduced[k] = r
     if slices:
-        out = sparse.reduce_slices([grads[k] for k in slices], settings.size, settings.sparse_as_dense,
+        given = [grads[k] for k in slices]
+        if by_rows:
+            given = [tf.IndexedSlices(rows.for_mean([s.values])[0], s.indices, s.dense_shape) for s in given]
+        out = sparse.reduce_slices(given, settings.size, settings.sparse_as_dense,
                                    mean=op == "mean", as_rows=as_rows, process_set=settings.process_set)
         for k, r in zip(slices, out):
             reduced[k] = r
     return reduced
 
 
-def _reduce_dense(settings, values, op, rows):
+def _reduce_dense(settings, values, op, rows, by_rows):
     values = [tf.convert_to_tensor(v) for v in values]
     order = buckets_lib.plan(values, 0 if tf.executing_eagerly() else settings.bucket_bytes)
     buckets = [[values[i] for i in idx] for idx in order]
     if rows is not None:
         # One decision per bucket, so that each bucket waits only for its own gradients.
-        buckets = [rows.zero_if_empty(b) for b in buckets]
+        buckets = [rows.for_mean(b) if by_rows else rows.zero_if_empty(b) for b in buckets]
     reduced = [None] * len(values)
     travelled = comm_hooks.run(settings.hook, settings.hook_state, buckets, op, overlap=len(buckets) > 1,
                                process_set=settings.process_set)

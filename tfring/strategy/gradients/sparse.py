@@ -10,12 +10,19 @@ global row count, so every rank makes the same one. `RingStrategy(sparse_as_dens
 densifies (Horovod's option of the same name). Gradients about to be clipped always travel as rows
 (`door`): one process clips the rows its batch looked up, duplicates apart, and a
 densified table's summed rows have another norm and other values.
+
+The rows reach the optimizer as one process's would, duplicates apart (Adam squares each before
+adding them up). Where an optimizer adds them into a variable (`scatter_add` / `scatter_sub`, plain
+SGD's update), they are added up first (`with_unique_rows`): TensorFlow's CPU scatter adds a row's
+duplicates from several threads in any order, so the ranks would end with different last bits.
 """
 
 import tensorflow as tf
 
 from tfring.ops import collectives
 from tfring.ops import ordering
+from tfring.strategy import keras_patches
+from tfring.strategy import step_rows
 
 
 def _gathered(slices, process_set):
@@ -74,3 +81,49 @@ def reduce_slices(slices_list, size, sparse_as_dense=False, mean=False, as_rows=
     if mean:
         out = [tf.IndexedSlices(s.values / tf.cast(size, s.values.dtype), s.indices, s.dense_shape) for s in out]
     return out
+
+
+def with_unique_rows(grads):
+    """Each `tf.IndexedSlices` in `grads` with its duplicate rows added up, in a fixed order.
+
+    TensorFlow's CPU scatter (what an optimizer applies sparse gradients with) adds the updates of a
+    row that appears several times from several threads, in any order: the sum's last bits then
+    change from run to run, and from rank to rank. Adding the duplicates first with a deterministic
+    segment sum leaves each row once, and the scatter nothing to order.
+
+    Args:
+        grads: a list of gradients: tensors, `tf.IndexedSlices` or None.
+
+    Returns:
+        A list like `grads`, each `tf.IndexedSlices` with unique indices (in first-seen order).
+
+    Example:
+
+    >>> with_unique_rows([tf.IndexedSlices(tf.ones([3, 2]), tf.constant([4, 1, 4]))])[0].indices
+    <tf.Tensor: ... numpy=array([4, 1], dtype=int32)>
+    """
+    out = []
+    for g in grads:
+        if isinstance(g, tf.IndexedSlices):
+            unique, position = tf.unique(g.indices)
+            values = tf.math.unsorted_segment_sum(g.values, position, tf.shape(unique)[0])
+            g = tf.IndexedSlices(values, unique, g.dense_shape)
+        out.append(g)
+    return out
+
+
+def _adding_unique_rows(original):
+    def add(self, variable, value):
+        if isinstance(value, tf.IndexedSlices) and step_rows.current() is not None:
+            value = with_unique_rows([value])[0]
+        return original(self, variable, value)
+
+    return add
+
+
+PATCHES = [
+    keras_patches.Patch("keras.src.backend.tensorflow.optimizer.TFOptimizer", name, _adding_unique_rows,
+                        "sparse rows are added into a variable once each, in a fixed order",
+                        parameters=("self", "variable", "value"))
+    for name in ("assign_add", "assign_sub")
+]

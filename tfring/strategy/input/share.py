@@ -173,8 +173,7 @@ def _slice_global_batches(dataset, rank, size, global_batch):
     """Each element is a global batch; keep this rank's rows of it (see `sharding.rank_rows`)."""
     del global_batch  # checked statically by the caller; short last batches split unevenly
 
-    def take_slice(*element):
-        element = element[0] if len(element) == 1 else element
+    def take_slice(element):
         start, count = sharding.rank_rows(_batch_size(element), rank, size)
 
         def cut(t):
@@ -182,7 +181,19 @@ def _slice_global_batches(dataset, rank, size, global_batch):
 
         return tf.nest.map_structure(cut, element)
 
-    return dataset.map(take_slice, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return _map_elements(dataset, take_slice)
+
+
+def _map_elements(dataset, fn):
+    """`dataset.map(fn)` with `fn` given each whole element and its structure kept.
+
+    tf.data spreads an element that is a tuple over the function's arguments: taking `*parts` and
+    returning a tuple keeps a 1-tuple a 1-tuple (Keras' `(x,)`, the inputs of a model fed no
+    targets: read as `(x, y)` if it became `x`), and any other element is passed as it is.
+    """
+    if isinstance(dataset.element_spec, tuple):
+        return dataset.map(lambda *parts: tuple(fn(parts)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def _shard_by_file(dataset, rank, size):
@@ -191,12 +202,11 @@ def _shard_by_file(dataset, rank, size):
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.FILE
     dataset = input_ops.auto_shard_dataset(_quietly(dataset.with_options, options), size, rank, size)
 
-    def check(*element):
-        element = element[0] if len(element) == 1 else element
+    def check(element):
         with tf.control_dependencies([_batch_size(element)]):
             return tf.nest.map_structure(lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element)
 
-    dataset = dataset.map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = _map_elements(dataset, check)
     return data_distribute._LegacyRebatchDataset(dataset, size)
 
 

@@ -4,9 +4,12 @@ Each wrap is declared as a `PATCHES` list beside the code that needs it; this is
 that applies them (`RingStrategy()` calls `install_all()`). The order, which decides how wraps of
 one function would stack (none does today: each function is wrapped once):
 
-1. `step_rows`: a rank's loss counts by its rows' share of the global batch;
-2. `gradients.loss_reductions`: masked and sample-weighted means divide by the global divisor;
-3. `gradients.door`: gradients are all-reduced as they enter the optimizer;
+1. `step_rows`: a rank's loss is what one process computes on its rows (Keras' 1 / replicas
+   scaling does nothing), and a scalar tracked in a step counts for the rank's rows;
+2. `gradients.loss_reductions`: sums, masked and sample-weighted means, and
+   `tf.nn.compute_average_loss` count as the global batch's;
+3. `gradients.door`: gradients are averaged, weighed by rows, as they enter the optimizer;
+   `gradients.sparse`: sparse rows are added into a variable once each, in a fixed order;
 4. `checkpointing`: saves run on every rank, rank 0 writes;
 5. `model_calls`: `fit`, `evaluate`, `predict` check the ranks agree and quiet ranks > 0;
 6. `on_batch`: `predict_on_batch` runs on this rank alone, the other two return the job's logs;
@@ -22,13 +25,14 @@ from tfring.strategy import keras_patches
 from tfring.strategy import step_rows
 from tfring.strategy.gradients import door
 from tfring.strategy.gradients import loss_reductions
+from tfring.strategy.gradients import sparse
 from tfring.strategy.keras_wraps import checkpointing
 from tfring.strategy.keras_wraps import model_calls
 from tfring.strategy.keras_wraps import on_batch
 from tfring.strategy.keras_wraps import rank_noise
 from tfring.version import KERAS_FLOOR
 
-MODULES = (step_rows, loss_reductions, door, checkpointing, model_calls, on_batch, rank_noise)
+MODULES = (step_rows, loss_reductions, door, sparse, checkpointing, model_calls, on_batch, rank_noise)
 
 
 def _release(version):

@@ -74,10 +74,12 @@ def remove_stale(directory):
 
 
 def _remove_partial(partial):
+    # Only what exists: on a read-only file system, removing a name that was never made fails too
+    # (EROFS before the name is looked up), and that error would hide the one to report.
     try:
         if os.path.isdir(partial) and not os.path.islink(partial):
             shutil.rmtree(partial)
-        else:
+        elif os.path.lexists(partial):
             os.remove(partial)
     except FileNotFoundError:
         pass
