@@ -193,6 +193,20 @@ def test_a_full_disk_fails_every_rank_alike_naming_the_users_path(tmp_path, smal
     assert os.listdir(small_disk) == []  # no partial file left behind
 
 
+def test_a_read_only_folder_fails_every_rank_alike_naming_the_users_path(small_disk):
+    # Rank 0 named tfring's partial file (removing a partial that was never made failed too, on a
+    # read-only file system), and the other rank got a bare "Read-only file system".
+    folder = small_disk("64k", mode="0755")
+    subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True, timeout=30)
+    proc = run_job(2, SAVES, env={"OUT": str(folder)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("m.weights.h5", "m.keras", "m.h5"):
+        failed = sorted(line[4:] for line in proc.stdout.splitlines() if f"FAILED {name} " in line)
+        assert len(failed) == 2 and failed[0] == failed[1], proc.stdout  # the same error on both ranks
+        assert "Read-only file system" in failed[0] and str(folder / name) in failed[0], failed[0]
+        assert "tfring-partial" not in failed[0] and "save into a folder you can write" in failed[0], failed[0]
+
+
 STRANGER = r'''
 import os
 import numpy as np

@@ -93,3 +93,22 @@ def test_no_shared_memory_fails_and_the_self_test_says_why():
     shm = checks["shared memory"]
     assert shm["status"] == "fail" and "/dev/shm cannot hold" in shm["detail"] and "TFRING_TRANSPORT=tcp" in shm["fix"]
     assert checks["self-test"]["status"] == "fail", checks["self-test"]
+
+
+def test_missing_launchers_are_absent_not_ok_and_a_broken_compiler_fails(tmp_path):
+    # mpirun and srun hidden; a "g++" that prints a version but compiles nothing.
+    bin_dir = tmp_path / "bin"
+    path = path_without(bin_dir, ["mpirun", "srun", "g++"])
+    fake = bin_dir / "g++"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'g++ (Debian 12.2.0-14) 12.2.0' && exit 0\n"
+                    "echo 'cc1plus: fatal error: cannot execute' >&2; exit 1\n")
+    fake.chmod(0o755)
+    code, checks, _ = _doctor(env={"PATH": path})
+    for program, use in (("mpirun", "mpirun jobs"), ("srun", "SLURM jobs")):
+        assert checks[program]["status"] == "absent", checks[program]
+        assert checks[program]["detail"] == f"not found, needed only for {use}" and "apt-get install" in \
+            checks[program]["fix"]
+    compiler = checks["C++ compiler"]
+    assert compiler["status"] in ("warn", "fail") and "cannot compile C++17: cc1plus: fatal error" in \
+        compiler["detail"], compiler
+    assert code == (1 if compiler["status"] == "fail" else 0)

@@ -173,6 +173,12 @@ for s in range(1 + rank):  # rank r has 1 + r batches: the others join early
         except tf.errors.FailedPreconditionError as e:
             assert "rank 0 has joined (hvd.join)" in str(e), str(e)
             print("REFUSED", str(e).splitlines()[0][:160])
+        try:
+            hvd.broadcast_object({"a": 1}, root_rank=1, process_set=hvd.global_process_set)
+            raise SystemExit("broadcast_object ran while rank 0 had joined")
+        except tf.errors.FailedPreconditionError as e:
+            assert "broadcast_object" in str(e) and "rank 0 has joined (hvd.join)" in str(e), str(e)
+            print("REFUSED_OBJECT")
 last = hvd.join()
 print("LAST", int(last))
 # After the join, every rank is back: an ordinary allreduce of all ranks.
@@ -187,6 +193,7 @@ def test_join_lets_ranks_with_fewer_batches_finish_first(warm):
         assert rank_lines(job.stdout, r)[-2:] == ["LAST 2", "AFTER 3.0"], job.stdout[-2000:]
     for r in (1, 2):
         assert any(line.startswith("REFUSED") for line in rank_lines(job.stdout, r))
+        assert "REFUSED_OBJECT" in rank_lines(job.stdout, r), job.stdout[-2000:]
 
 
 WARMUP = r'''

@@ -111,3 +111,37 @@ def test_a_rank_killed_inside_a_sets_collective_fails_the_others_fast_naming_it(
     outside = [l for l in rank_lines(proc.stdout, 1) if l.startswith("UNAVAILABLE")]
     assert outside and "rank 2" in outside[0], (outside, proc.stdout[-2000:])
     assert "rank 2 was killed by SIGKILL" in proc.stderr
+
+
+REMOVED_WHILE_IN_USE = r'''
+import time
+import tensorflow as tf
+import tfring
+from tfring import ops
+
+rank = tfring.rank()
+evens = ops.add_process_set([0, 2])
+ops.allreduce(tf.ones([4]))                      # everyone is up
+start = time.monotonic()
+try:
+    if rank == 2:
+        ops.allreduce(tf.ones([4]), process_set=evens)   # while rank 0 removes the set
+    else:
+        ops.remove_process_set(evens)
+    print("NO ERROR")
+except (tf.errors.OpError, ValueError, RuntimeError, ConnectionError) as e:
+    text = getattr(e, "message", str(e)).replace("\n", " ")
+    print(f"FAILED after {time.monotonic() - start:.1f}s: {type(e).__name__}: {text[:600]}")
+'''
+
+
+def test_removing_a_set_while_a_member_is_inside_its_collective_fails_at_once_naming_it():
+    # Rank 0 removes the set {0, 2} while rank 2 runs the set's allreduce: both fail at once, saying
+    # the set is being removed while in use, instead of waiting for the timeout and blaming each other.
+    start = time.monotonic()
+    proc = run_job(3, REMOVED_WHILE_IN_USE, env={"TFRING_TIMEOUT": "60"}, timeout=120)
+    assert time.monotonic() - start < 40, proc.stderr[-2000:]
+    for rank in (0, 2):
+        failed = [l for l in rank_lines(proc.stdout, rank) if l.startswith("FAILED")]
+        assert failed and "remove_process_set" in failed[0] and "process set 1" in failed[0], (
+            rank, proc.stdout[-3000:], proc.stderr[-2000:])

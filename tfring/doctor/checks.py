@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 
+from tfring.doctor.finding import ABSENT
 from tfring.doctor.finding import FAIL
 from tfring.doctor.finding import OK
 from tfring.doctor.finding import WARN
@@ -93,7 +94,30 @@ def _compiler(build, compiler, reason):
         status = FAIL if reason else WARN
         return Finding("C++ compiler", status, "g++ not found: another TensorFlow version needs a rebuild",
                        f"install g++ ({build.COMPILER_PACKAGES})")
-    return Finding("C++ compiler", OK, f"{_first_line([compiler, '--version'])} ({compiler})")
+    version = f"{_first_line([compiler, '--version'])} ({compiler})"
+    failure = _cannot_compile(compiler)
+    if failure:
+        return Finding("C++ compiler", FAIL if reason else WARN, f"{version} cannot compile C++17: {failure}",
+                       f"install a working g++ ({build.COMPILER_PACKAGES})")
+    return Finding("C++ compiler", OK, f"{version}, compiles C++17")
+
+
+_PROGRAM = "#include <string>\n#include <optional>\nint main() { std::optional<std::string> s; return s ? 1 : 0; }\n"
+
+
+def _cannot_compile(compiler):
+    """Why `compiler` cannot build a small C++17 program, or "" when it can (what it prints for
+    `--version` proves nothing: a wrapper or a broken install prints one too)."""
+    with tempfile.TemporaryDirectory(prefix="tfring-doctor-") as folder:
+        try:
+            proc = subprocess.run([compiler, "-std=c++17", "-x", "c++", "-", "-o", os.path.join(folder, "a.out")],
+                                  input=_PROGRAM, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
+    if proc.returncode == 0:
+        return ""
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    return lines[0] if lines else f"exit status {proc.returncode}"
 
 
 def _gpu(build, tf):
@@ -188,9 +212,9 @@ def launchers(hosts=None):
         if path:
             found.append(Finding(program, OK, f"{_first_line([path, version_flag])} ({path})"))
         else:
-            status = FAIL if program == "ssh" and need_ssh else WARN if program == "ssh" else OK
-            fix = f"install {package} (Debian/Ubuntu: apt-get install {package})" if status != OK else ""
-            found.append(Finding(program, status, f"not found: needed for {use} only", fix))
+            status = FAIL if program == "ssh" and need_ssh else WARN if program == "ssh" else ABSENT
+            found.append(Finding(program, status, f"not found, needed only for {use}",
+                                 f"install {package} (Debian/Ubuntu: apt-get install {package})"))
     try:
         listed, source = allocation.allocation_hosts(os.environ)
     except ValueError as e:

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-OK, WARN, FAIL = "ok", "warn", "fail"
+OK, WARN, FAIL, ABSENT = "ok", "warn", "fail", "absent"
 
 
 @dataclasses.dataclass
@@ -11,10 +11,11 @@ class Finding:
 
     Args:
         name: what was checked ("TensorFlow", "shared memory", ...).
-        status: `OK`, `WARN` (works, but something named is missing or slower) or `FAIL` (tfring
-            cannot work here until it is fixed).
+        status: `OK`, `WARN` (works, but something named is missing or slower), `FAIL` (tfring
+            cannot work here until it is fixed) or `ABSENT` (an optional tool is not installed,
+            needed only for what `detail` names).
         detail: what was found, one line.
-        fix: what to do, for `WARN` and `FAIL`; "" otherwise.
+        fix: what to do, for `WARN`, `FAIL` and `ABSENT`; "" otherwise.
     """
 
     name: str

@@ -7,7 +7,7 @@ import sys
 from tfring.doctor.finding import FAIL
 from tfring.doctor.finding import WARN
 
-_MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+_MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "absent": "--  "}
 
 
 def add_arguments(parser):

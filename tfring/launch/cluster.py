@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import os
 import secrets as _secrets
+import stat
 
 from tfring.file_safety import UnsafePathError
 from tfring.launch import addresses
@@ -85,8 +86,16 @@ def _store(env, placement):
     return None
 
 
+SECRET_FILE_MAX_BYTES = 4096  # a secret is one line; anything larger is not one
+
+
 def read_secret_file(path):
     """The job secret in the file `path` (TFRING_SECRET_FILE).
+
+    The file is opened without blocking and checked before it is read: a regular file (a FIFO
+    nobody writes would block the read, a device such as /dev/zero would never end), owned by this
+    user (or root, as a mounted secret is), readable by its owner only, of at most
+    `SECRET_FILE_MAX_BYTES`.
 
     Args:
         path: a file only its owner can read.
@@ -95,21 +104,39 @@ def read_secret_file(path):
         The secret, stripped.
 
     Raises:
-        ValueError: the file cannot be read, others can read it, or it is empty (the message says
-            which, and how to fix it).
+        ValueError: the file cannot be read, is no regular file, is another user's, others can
+            read it, is too large or is empty (the message says which, and how to fix it).
     """
     try:
-        st = os.stat(path)
-        with open(path, encoding="utf-8") as f:
-            secret = f.read().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise ValueError(f"{SECRET_FILE}: cannot read {path!r}: {e.strerror}") from None
-    if st.st_mode & 0o077:
-        raise ValueError(f"{SECRET_FILE} {path!r} is readable by other users (mode {st.st_mode & 0o777:o}): "
-                         f"run `chmod 600 {path}`")
+    try:
+        _check_secret_file(path, os.fstat(fd))
+        data = os.read(fd, SECRET_FILE_MAX_BYTES)
+    except OSError as e:
+        raise ValueError(f"{SECRET_FILE}: cannot read {path!r}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    secret = data.decode("utf-8", errors="replace").strip()
     if not secret:
         raise ValueError(f"{SECRET_FILE} {path!r} is empty")
     return secret
+
+
+def _check_secret_file(path, st):
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{SECRET_FILE} {path!r} is not a regular file ({stat.filemode(st.st_mode)}): "
+                         f"name a file that holds the secret")
+    if st.st_uid not in (os.geteuid(), 0):
+        raise ValueError(f"{SECRET_FILE} {path!r} belongs to user id {st.st_uid}, not to this user "
+                         f"({os.geteuid()}): use a file of your own")
+    if st.st_mode & 0o077:
+        raise ValueError(f"{SECRET_FILE} {path!r} is readable by other users (mode {st.st_mode & 0o777:o}): "
+                         f"run `chmod 600 {path}`")
+    if st.st_size > SECRET_FILE_MAX_BYTES:
+        raise ValueError(f"{SECRET_FILE} {path!r} holds {st.st_size} bytes: a secret is one line of at most "
+                         f"{SECRET_FILE_MAX_BYTES} bytes")
 
 
 def _given_secret(env):

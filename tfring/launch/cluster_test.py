@@ -1,3 +1,8 @@
+import os
+import pathlib
+import queue
+import threading
+
 import pytest
 
 from tfring.launch import cluster
@@ -147,3 +152,31 @@ def test_secret_file_must_be_private(tmp_path):
         cluster.discover(dict(MPI_RANK0, TFRING_SECRET_FILE=str(path)))
     with pytest.raises(ValueError, match="cannot read"):
         cluster.discover(dict(MPI_RANK0, TFRING_SECRET_FILE=str(tmp_path / "missing")))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder", "too_large"])
+def test_a_secret_file_that_is_no_small_regular_file_is_refused_at_once(tmp_path, kind):
+    # A FIFO nobody writes would block the read; /dev/zero would read without end.
+    path = tmp_path / "secret"
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    elif kind == "device":
+        path = pathlib.Path("/dev/zero")
+    elif kind == "folder":
+        path.mkdir(mode=0o700)
+    else:
+        path.write_bytes(b"x" * 100_000)
+        path.chmod(0o600)
+    outcome = queue.Queue()
+
+    def read():
+        try:
+            outcome.put(cluster.read_secret_file(str(path)))
+        except ValueError as e:
+            outcome.put(e)
+
+    threading.Thread(target=read, daemon=True).start()
+    error = outcome.get(timeout=5)  # a hang fails here
+    assert isinstance(error, ValueError), error
+    expected = "100000 bytes" if kind == "too_large" else "not a regular file"
+    assert expected in str(error) and str(path) in str(error), error

@@ -139,6 +139,7 @@ class Job:
             StartError: a host did not answer or runs other versions, or a command cannot start.
         """
         secret, job_id = secrets.token_hex(32), secrets.token_hex(6)
+        local_rank.become_subreaper()  # what a rank starts in a session of its own comes back to us
         local_cores = {s.rank: core_binding.plan(self.options.bind_to, s.local_rank, s.local_size)
                        for s in self.slots if s not in self.remote_slots}
         self._connect_remotes()

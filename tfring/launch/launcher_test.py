@@ -56,6 +56,21 @@ def test_failing_rank_stops_the_others_and_sets_the_exit_code():
 
 
 @pytest.mark.multiprocess
+def test_the_failure_line_starts_a_line_after_a_progress_bar_cut_short():
+    # Keras' progress bar redraws one line with "\r" and ends it only with the epoch.
+    code = ("import os, sys\n"
+            "sys.stdout.write('1/10 [==>....]\\r2/10 [====>..]'); sys.stdout.flush()\n"
+            "sys.exit(3 if os.environ['TFRING_RANK'] == '0' else 0)")
+    proc = subprocess.run([sys.executable, "-m", "tfring", "run", "-np", "2", sys.executable, "-c", code],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    assert proc.returncode == 3
+    out = proc.stdout.decode()  # as bytes: text mode would read the "\r" as a line's end
+    assert "[0] 1/10 [==>....]\r2/10 [====>..]\n" in out, repr(out)
+    said = [line for line in out.split("\n") if "rank 0 exited with code 3" in line]
+    assert said and all(line.startswith("tfring run:") for line in said), repr(proc.stdout)
+
+
+@pytest.mark.multiprocess
 def test_rank_ignoring_sigterm_is_killed_within_five_seconds():
     code = ("import os, signal, sys, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -419,6 +434,35 @@ def test_what_a_rank_left_running_ends_with_the_job(end):
             os.kill(child, signal.SIGKILL)
 
 
+# Rank 0 starts a daemon in a session of its own (setsid: out of the rank's process group) that
+# ignores SIGTERM, prints its pid and exits 0.
+LEAVES_A_DAEMON = ("import os, subprocess, sys\n"
+                   "if os.environ['TFRING_RANK'] == '0':\n"
+                   "    child = subprocess.Popen(['sh', '-c', 'trap \"\" TERM; exec sleep 300'], start_new_session=True)\n"
+                   "    print('DAEMON', child.pid, flush=True)\n")
+
+
+@pytest.mark.multiprocess
+def test_a_daemon_a_rank_started_in_its_own_session_is_named_and_ended_with_the_job():
+    proc = subprocess.Popen([sys.executable, "-m", "tfring", "run", "-np", "2", sys.executable, "-c",
+                             LEAVES_A_DAEMON], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    daemon = None
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("[0] DAEMON "), line
+        daemon = int(line.split()[-1])
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 0, stderr
+        assert not _alive(daemon), "a process a rank started in its own session outlived the job"
+        assert f"in a session of its own (pid {daemon}: sleep)" in stderr, stderr
+    finally:
+        proc.kill()
+        proc.communicate()
+        if daemon and _alive(daemon):
+            os.kill(daemon, signal.SIGKILL)
+
+
 @pytest.mark.multiprocess
 def test_a_bare_python_runs_the_launchers_own_interpreter(tmp_path):
     # Another `python` first on PATH, as the system's is when tfring's environment is not activated.
@@ -446,6 +490,13 @@ for fit in range(2):
     sys.stderr.flush()
 sys.stderr.write(f"rank {r} says\n")
 sys.stderr.write(f"{stamp()}: E tensorflow/core/framework/local_rendezvous.cc:404] rank {r} is aborting\n")
+# TensorFlow 2.21 logs through absl (time, then the thread id), and its import prints the start-up
+# notices twice in one process.
+absl = lambda: f"I0000 00:00:179586387{r}.32535{r}   1791{r} "
+for copy in range(2):
+    sys.stderr.write("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+                     f"{absl()}port.cc:153] oneDNN custom operations are on.\n")
+sys.stderr.write(f"E0000 00:00:1795863875.0{r}   1791{r} rank.cc:1] rank {r} absl error\n")
 '''
 
 
@@ -456,7 +507,9 @@ def test_tensorflows_start_up_and_sharding_logs_are_shown_once(all_output):
     assert proc.returncode == 0, proc.stderr
     ranks, fits = (3, 2) if all_output else (1, 1)  # by default once per job, not once per rank per fit
     for needle, count in [("cpu_feature_guard.cc:210]", ranks), ("To enable the following", ranks),
-                          ("auto_shard.cc:787]", ranks * fits), ('op: "TensorSliceDataset"', ranks * fits)]:
+                          ("auto_shard.cc:787]", ranks * fits), ('op: "TensorSliceDataset"', ranks * fits),
+                          ("before absl::InitializeLog()", ranks * fits), ("port.cc:153] oneDNN", ranks * fits)]:
         assert sum(needle in line for line in proc.stderr.splitlines()) == count, (needle, proc.stderr)
     for r in range(3):  # what differs per rank, and errors, come from every rank
         assert f"[{r}] rank {r} says" in proc.stderr and f"rank {r} is aborting" in proc.stderr, proc.stderr
+        assert f"rank {r} absl error" in proc.stderr, proc.stderr

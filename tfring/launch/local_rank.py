@@ -10,10 +10,12 @@ import ctypes
 import os
 import signal
 import subprocess
+import time
 
 from tfring.launch import cluster
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -51,6 +53,23 @@ def die_with(parent_pid, cores=None):
     return arm
 
 
+def _processes():
+    """(pid, command name, parent pid, process group) of every live process, read from /proc;
+    ended processes not yet reaped (zombies) are left out."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:  # it ended while we looked
+            continue
+        # "pid (name) state ppid pgrp ...": the name may hold spaces and parentheses.
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            yield int(entry), name, int(fields[1]), int(fields[2])
+
+
 def process_group(pgid):
     """The processes of process group `pgid` that have not ended, read from /proc.
 
@@ -65,20 +84,69 @@ def process_group(pgid):
     >>> process_group(rank.proc.pid)
     [(4242, 'sleep')]
     """
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:  # it ended while we looked
-            continue
-        # "pid (name) state ppid pgrp ...": the name may hold spaces and parentheses.
-        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append((int(entry), name))
-    return sorted(members)
+    return sorted((pid, name) for pid, name, _, group in _processes() if group == pgid)
+
+
+def become_subreaper():
+    """Makes this process the one that inherits its descendants whose parents end
+    (PR_SET_CHILD_SUBREAPER), instead of init: a daemon a rank starts in a session of its own
+    (`setsid`, out of the rank's process group) then stays within reach of `tfring run`.
+
+    Example:
+
+    >>> become_subreaper()   # tfring run, before it starts the ranks
+    """
+    _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def adopted(started):
+    """The live processes this process inherited: its children that it did not start itself,
+    outside the process groups of those it did (each rank leads its own: `process_group`).
+
+    Args:
+        started: the pids of the children it started (the ranks, ssh).
+
+    Returns:
+        A list of (pid, command name), by pid.
+
+    Example:
+
+    >>> adopted({rank.proc.pid for rank in ranks})
+    [(4243, 'sleep')]
+    """
+    me = os.getpid()
+    return sorted((pid, name) for pid, name, parent, group in _processes()
+                  if parent == me and pid not in started and group not in started)
+
+
+def end_adopted(members, grace, poll=0.05):
+    """Ends processes this process inherited: SIGTERM, then SIGKILL after `grace` seconds, each reaped.
+
+    Args:
+        members: (pid, command name) pairs, as `adopted` gives them.
+        grace: seconds between SIGTERM and SIGKILL.
+        poll: seconds between checks.
+    """
+    pids = {pid for pid, _ in members}
+    for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while pids and time.monotonic() < deadline:
+            pids = {pid for pid in pids if not _reaped(pid)}
+            time.sleep(poll)
+        if not pids:
+            return
+
+
+def _reaped(pid):
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True  # not ours (any more)
 
 
 def exit_code(returncode):

@@ -21,10 +21,33 @@ _WARNING_LINE = re.compile(rb"^\S.*:\d+: \w*Warning: ")
 # "2026-11-26 18:55:50.565860: I tensorflow/...cc:210] text": TensorFlow's C++ log (I: info, W: warning);
 # group 1 is the line without its time, the same on every rank for the same record.
 _TF_LOG_LINE = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?:([IW] \S+:\d+\] .*)|[EF] )", re.S)
+# "I0000 00:00:1795863875.325354   17911 port.cc:153] text": the same through absl (TensorFlow 2.21),
+# whose time is followed by the thread id; group 1 is the line without either.
+_ABSL_LOG_LINE = re.compile(rb"^(?:([IW])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ (\S+:\d+\] .*)|[EF]\d{4} \d\d:\d\d:)", re.S)
+# absl's own notice before TensorFlow's first record (TensorFlow 2.21 prints it, and its start-up
+# records, twice in one process): once per job too.
+_ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 # Lines kept as a TensorFlow record's continuation (a NodeDef it prints spans several).
 _MAX_CONTINUATION = 64
 # Lines of each rank's stderr kept for the launcher's last word (a TensorFlow error spans several).
 TAIL_LINES = 20
+
+
+def _tf_record(line):
+    """Whether `line` starts a TensorFlow log record, and its key (the line without its time and
+    thread: the same on every rank for the same info or warning record; None for an error)."""
+    match = _TF_LOG_LINE.match(line)
+    if match:
+        return True, match.group(1)
+    match = _ABSL_LOG_LINE.match(line)
+    if match:
+        return True, (match.group(1) + b" " + match.group(2)) if match.group(1) else None
+    return False, None
+
+
+def _starts_an_entry(line):
+    """Whether `line` starts something of its own: a TensorFlow record, a Python warning, absl's notice."""
+    return _tf_record(line)[0] or bool(_WARNING_LINE.match(line)) or line.startswith(_ABSL_NOTICE)
 
 
 class WarningsOnce:
@@ -69,7 +92,7 @@ class WarningsOnce:
                 state["record"] = None
             if state["recording"] is not None:
                 lines = self._records[state["recording"]]
-                if len(lines) < _MAX_CONTINUATION and not _TF_LOG_LINE.match(line) and not _WARNING_LINE.match(line):
+                if len(lines) < _MAX_CONTINUATION and not _starts_an_entry(line):
                     lines.append(line)
                     return True
                 state["recording"] = None
@@ -80,16 +103,15 @@ class WarningsOnce:
                 carried = continues(line)
                 if carried is not None:
                     return carried
-                record = _TF_LOG_LINE.match(line)
-                if record and record.group(1):
-                    key = record.group(1)
+                _, key = _tf_record(line)
+                if key is not None:
                     if key in self._records:
                         state["record"], state["at"] = key, 0
                         return False
                     self._records[key] = []
                     state["recording"] = key
                     return True
-                if not _WARNING_LINE.match(line):
+                if not _WARNING_LINE.match(line) and not line.startswith(_ABSL_NOTICE):
                     return True
                 if line in self._seen:
                     state["dropping"] = True
@@ -158,8 +180,10 @@ class JobOutput:
             if tail is not None:
                 tail.append(line)
             if show and not (tail is not None and self._hidden()) and keep(line):
+                # A rank's last line without its end (a progress bar when the rank stopped) ends
+                # here, so that what the launcher says next starts a line of its own.
                 with self._sink_lock:
-                    sink.buffer.write(prefix + line)
+                    sink.buffer.write(prefix + line + (b"" if line.endswith(b"\n") else b"\n"))
                     sink.buffer.flush()
 
         return take

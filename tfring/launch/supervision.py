@@ -150,6 +150,7 @@ class Supervisor:
         (SIGTERM, then SIGKILL `KILL_GRACE_SECONDS` later): nothing of a job outlives it, nor keeps
         it running by holding a rank's output open. `report`: say so first, one line per rank.
         (On other hosts `tfring.launch.remote` ends a rank's group when the rank ends.)"""
+        self._end_adopted(report)
         left = {r: rank.leftovers() for r, rank in self.ranks.items() if isinstance(rank, local_rank.LocalRank)}
         left = {r: members for r, members in left.items() if members}
         if not left:
@@ -165,6 +166,18 @@ class Supervisor:
         for r in left:
             if self.ranks[r].leftovers():
                 self.ranks[r].kill()
+
+    def _end_adopted(self, report):
+        """Ends the processes ranks started in sessions of their own (`setsid`, a daemon), which
+        the launcher inherited as a subreaper once their parents ended; says so when `report`."""
+        started = {rank.proc.pid for rank in self.ranks.values() if getattr(rank, "proc", None) is not None}
+        members = local_rank.adopted(started)
+        if not members:
+            return
+        if report:
+            self._say(_left_running("a rank", members, "in a session of its own" if len(members) == 1 else
+                                    "in sessions of their own"))
+        local_rank.end_adopted(members, KILL_GRACE_SECONDS)
 
     def _stop_on_signal(self):
         """Passes the launcher's signal on, kills the ranks still running `KILL_GRACE_SECONDS` later,
@@ -224,10 +237,13 @@ class Supervisor:
         return code
 
 
-def _left_running(rank, members):
-    """The launcher's line about processes rank `rank` left running, e.g. "(pid 42: sleep)"."""
+def _left_running(rank, members, where=""):
+    """The launcher's line about processes rank `rank` (a number, or "a rank") left running, e.g.
+    "(pid 42: sleep)"; `where`: where they run, out of the rank's process group, if they do."""
     n = len(members)
     named = ", ".join(f"{pid}: {name}" for pid, name in members[:5]) + (", ..." if n > 5 else "")
-    return (f"rank {rank} left {n} process{'es' if n > 1 else ''} running after it exited "
+    who = rank if isinstance(rank, str) else f"rank {rank}"
+    where = f" {where}" if where else ""
+    return (f"{who} left {n} process{'es' if n > 1 else ''} running after it exited{where} "
             f"({'pids' if n > 1 else 'pid'} {named}); ending {'them' if n > 1 else 'it'} with the job "
             "(wait for what a rank starts before it exits)")

@@ -20,6 +20,7 @@ Every call is two allgathers whatever happens, so the ranks stay in step:
   frame is outside the value, so no dict a user sends can pass for an error.
 """
 
+import contextlib
 import hmac
 import json
 import pickle
@@ -67,7 +68,11 @@ def _deserialize(data, serializer, rank):
     if not hmac.compare_digest(signature, runtime.sign_object(data)):
         raise ValueError(f"the pickled value from rank {rank} does not carry this job's signature: it was not "
                          f"unpickled (was it sent by a process outside the job?)")
-    return pickle.loads(data)  # signed by a rank of this job: see the module docstring
+    try:
+        return pickle.loads(data)  # signed by a rank of this job: see the module docstring
+    except Exception as e:  # a class this rank lacks, a __setstate__ that raises, ...
+        raise ValueError(f"the pickled value from rank {rank} could not be unpickled on this rank "
+                         f"({type(e).__name__}: {e}): do the ranks import the same code?") from e
 
 
 def _encode(obj, what, max_bytes, serializer):
@@ -110,15 +115,27 @@ def _evaluate(tensor, session):
     return session.run(tensor)
 
 
+@contextlib.contextmanager
+def _named(what):
+    """Errors of the allgathers inside `what` (e.g. refused after a join) name `what`, not only the
+    internal allgather."""
+    try:
+        yield
+    except tf.errors.OpError as e:
+        raise type(e)(e.node_def, e.op, f"{what} (its values travel in an allgather): {e.message}") from e
+
+
 def _gather_frames(what, frame, root_rank, max_bytes, serializer, session, process_set):
     """Every rank's frame, as a list in rank order, after checking the ranks agree on the call."""
     header = [[len(frame), root_rank, max_bytes, SERIALIZERS.index(serializer)]]
-    headers = _evaluate(collectives.allgather(tf.constant(header, tf.int64), process_set=process_set), session)
+    with _named(what):
+        headers = _evaluate(collectives.allgather(tf.constant(header, tf.int64), process_set=process_set), session)
     _agree(what, headers, 1, "root_rank")
     _agree(what, headers, 2, "max_bytes")
     _agree(what, headers, 3, "serializer (0: json, 1: pickle)")
     data = tf.constant(np.frombuffer(frame, dtype=np.uint8))
-    gathered = _evaluate(collectives.allgather(data, process_set=process_set), session).tobytes()
+    with _named(what):
+        gathered = _evaluate(collectives.allgather(data, process_set=process_set), session).tobytes()
     offsets = np.concatenate([[0], np.cumsum(headers[:, 0])])
     return [gathered[offsets[r]:offsets[r + 1]] for r in range(len(headers))]
 

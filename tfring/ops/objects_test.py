@@ -40,3 +40,21 @@ def test_a_pickle_without_the_jobs_signature_is_refused_unopened(tmp_path):
     # The same bytes signed by the job are unpickled (and so run their code): the signature is the gate.
     objects._decode(objects._VALUE + runtime.sign_object(forged) + forged, 0, "pickle")
     assert os.path.exists(marker)
+
+
+def _refuse_to_unpickle():
+    raise RuntimeError("this class refuses to be unpickled here")
+
+
+class _FailsWhenUnpickled:
+    """Pickles fine; unpickling it raises (a class another rank lacks, a failing __setstate__)."""
+
+    def __reduce__(self):
+        return (_refuse_to_unpickle, ())
+
+
+def test_a_value_that_fails_only_when_unpickled_is_named_with_its_rank():
+    runtime.init()
+    with pytest.raises(ValueError, match=r"the pickled value from rank 0 could not be unpickled on this rank "
+                                         r"\(RuntimeError: this class refuses to be unpickled here\)"):
+        objects.broadcast_object(_FailsWhenUnpickled(), serializer="pickle")

@@ -85,6 +85,9 @@ def remove_process_set(process_set):
 
     Raises:
         ValueError: on every rank, when ranks passed different ids.
+        tf.errors.FailedPreconditionError: on the set's members, at once, when a member is inside
+            one of the set's collectives while another removes it (the error names
+            `remove_process_set` and the set).
 
     Example:
 
@@ -92,8 +95,20 @@ def remove_process_set(process_set):
     True
     """
     process_set = int(process_set)
+    if process_set != 0 and runtime.rank() in _members_or_none(process_set):
+        # The members meet on the set's own ring first: one still inside a collective of the set
+        # then disagrees with this barrier at once, naming it, instead of waiting for the job-wide
+        # agreement below (which it never reaches) until the timeout.
+        collectives.barrier(label=f"remove_process_set({process_set})", process_set=process_set)
     _agree("remove_process_set", [process_set])
     return runtime.unlink_process_set(process_set)
+
+
+def _members_or_none(process_set):
+    try:
+        return runtime.process_set_ranks(process_set)
+    except ValueError:
+        return []  # an unknown id: removing it returns False
 
 
 def process_set_ranks(process_set):

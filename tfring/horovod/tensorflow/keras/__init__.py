@@ -44,7 +44,10 @@ from tfring.horovod.process_sets import ProcessSet
 from tfring.horovod.process_sets import add_process_set
 from tfring.horovod.process_sets import global_process_set
 from tfring.horovod.process_sets import remove_process_set
+from tfring.horovod import keras2_switches as _keras2_switches
 from tfring.horovod.tensorflow.keras import callbacks
+
+_keras2_switches.install()  # Horovod's Keras examples compile with experimental_run_tf_function
 
 __all__ = [
     "Average", "Sum", "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built",
