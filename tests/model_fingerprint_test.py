@@ -57,3 +57,33 @@ def test_ranks_with_different_models_fail_naming_the_difference():
             message = lines[case]
             assert "the model trained by fit() differs between ranks" in message, (r, case, message)
             assert needle in message and "(rank 1 against rank 0" in message, (r, case, message)
+
+
+EXTRA_LAYER = r'''
+import tensorflow as tf
+import keras
+import tfring
+
+strategy = tfring.RingStrategy()
+try:
+    with strategy.scope():
+        layers = [keras.Input((4,)), keras.layers.Dense(8)]
+        if strategy.rank == 1:
+            layers.append(keras.layers.Dropout(0.2))  # a layer on one rank only: its own variables
+        model = keras.Sequential(layers + [keras.layers.Dense(1)])
+    print("BUILT")
+except tf.errors.FailedPreconditionError as e:
+    print("REFUSED", e.message.replace("\n", " "))
+'''
+
+
+def test_ranks_that_build_different_variables_are_told_so_not_asked_about_datasets():
+    # A layer with variables on some ranks only: the ranks' variable broadcasts disagree while the
+    # model is built, long before fit could compare the models.
+    job = run_job(2, EXTRA_LAYER, timeout=120)
+    assert job.returncode == 0, job.stderr[-3000:]
+    for r in range(2):
+        refused = [line for line in rank_lines(job.stdout, r) if line.startswith("REFUSED")]
+        assert refused, job.stdout[-2000:]
+        assert "the ranks created different variables in strategy.scope()" in refused[0], refused[0]
+        assert "different models" in refused[0] and "datasets of different sizes" not in refused[0], refused[0]

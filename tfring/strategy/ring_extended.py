@@ -35,6 +35,19 @@ def _is_local_statistic(kwargs):
             and aggregation in (tf.VariableAggregation.NONE, tf.VariableAggregation.MEAN, None))
 
 
+def _different_variables(error, name, value):
+    """The error for ranks whose variable creations disagree (a model built differently per rank)."""
+    if "ranks passed different inputs" not in error.message:
+        return error
+    # The engine's own line, without its guess about steps and datasets (this is a model's variables).
+    first = error.message.strip().splitlines()[0].split(" (if this is not a bug")[0]
+    return type(error)(error.node_def, error.op, (
+        f"tfring: the ranks created different variables in strategy.scope() (this rank: {name!r}, "
+        f"{value.dtype.name} {value.shape.as_list()}): they built different models (a layer on some ranks "
+        f"only, layers in another order?). Every rank must build the same model; each variable takes rank "
+        f"0's initial value as it is created. ({first})"))
+
+
 class _RingReplicaContext(distribute_lib.ReplicaContext):
     """The replica context inside `run()`: this process is replica `rank` of `size`."""
 
@@ -97,7 +110,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             return self._distributed_variable(next_creator, kwargs)
         if self._size > 1:
             initial_value = _unwrap_initial_value(kwargs["initial_value"])
-            kwargs["initial_value"] = self._from_rank0(initial_value, kwargs.get("dtype"))
+            kwargs["initial_value"] = self._from_rank0(initial_value, kwargs.get("dtype"), kwargs.get("name"))
             if _is_local_statistic(kwargs):
                 # Non-trainable floats assigned inside the step (batch-norm moving averages) are
                 # statistics of each rank's data: averaged across ranks at every assignment, as
@@ -117,11 +130,14 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             self._container_strategy(), one_component, rank_statistics.MIRRORED_CLASSES,
             distribute_utils.VARIABLE_POLICY_MAPPING, **kwargs)
 
-    def _from_rank0(self, initial_value, dtype):
+    def _from_rank0(self, initial_value, dtype, name):
         def from_rank0():
             value = initial_value() if callable(initial_value) else initial_value
             value = tf.convert_to_tensor(value, dtype=dtype)
-            return collectives.broadcast(value, root_rank=0)
+            try:
+                return collectives.broadcast(value, root_rank=0)
+            except tf.errors.FailedPreconditionError as e:
+                raise _different_variables(e, name, value) from e
 
         return from_rank0
 
