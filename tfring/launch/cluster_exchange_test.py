@@ -26,6 +26,16 @@ def no_mpi4py(monkeypatch):
     monkeypatch.setattr(address_exchange, "mpi4py_installed", lambda: False)
 
 
+_STORE_ANSWERS = address_exchange.store_answers
+
+
+@pytest.fixture(autouse=True)
+def stores_answer(monkeypatch):
+    """The published stores answer: these tests publish addresses no store listens at (and that
+    are not this machine's: nothing may be sent there), except those that use loopback stores."""
+    monkeypatch.setattr(address_exchange, "store_answers", lambda host, port, timeout=1.0: True)
+
+
 def test_rank0_writes_its_address_and_the_others_wait_for_it(tmp_path, monkeypatch, no_mpi4py):
     monkeypatch.chdir(tmp_path)
     envs = [_mpi(r, TFRING_SECRET="s") for r in (0, 1)]
@@ -256,3 +266,48 @@ def test_rank0_leaves_no_temporary_file_when_the_rename_fails(tmp_path, monkeypa
     with pytest.raises(ValueError, match="cannot write the rendezvous file"):
         cluster.find_store(cluster.discover(env), 1, env)
     assert os.listdir(tmp_path) == []
+
+
+def _listening():
+    """A socket listening on loopback (a live store's port)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    return server
+
+
+def _closed_port():
+    """A loopback port nothing listens at (a killed run's store)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("left_by", ["a killed run", "rank 0 before its store listens"])
+def test_a_fresh_file_whose_store_does_not_answer_is_read_again(tmp_path, monkeypatch, left_by):
+    # The same job id and secret and a file written just before this rank started: a run killed a
+    # moment ago (its store is gone) or this run's rank 0 (its store not listening yet). The reader
+    # waits for a store that answers at the address the file holds then, instead of trying a dead
+    # store until the timeout.
+    monkeypatch.setattr(address_exchange, "store_answers", _STORE_ANSWERS)
+    rdv = address_exchange.RendezvousFile(str(tmp_path / "rdv"))
+    first = _closed_port()
+    address_exchange.write_file(rdv, "127.0.0.1", first, "s", "4242")
+    found = {}
+    reader = threading.Thread(target=lambda: found.update(at=address_exchange.read_file(rdv, "s", "4242", 20)))
+    reader.start()
+    time.sleep(0.5)
+    assert reader.is_alive(), found  # a store that does not answer is not taken
+    if left_by == "a killed run":
+        with _listening() as store:  # this run's rank 0 writes its own file over the killed run's
+            address_exchange.write_file(rdv, "127.0.0.1", store.getsockname()[1], "s", "4242")
+            reader.join(10)
+            assert found["at"] == ("127.0.0.1", store.getsockname()[1])
+    else:
+        with socket.socket() as store:  # rank 0's store starts listening at the address it wrote
+            store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            store.bind(("127.0.0.1", first))
+            store.listen(8)
+            reader.join(10)
+            assert found["at"] == ("127.0.0.1", first)
+    address_exchange.remove_published()

@@ -13,7 +13,11 @@ this user's too: else every rank refuses it at once, naming owner and mode. The 
 atomically, tagged with the job id under a key only holders of the job secret can compute, and
 removed when rank 0 exits. A file that another job or a killed run of this one left behind (another
 job id, or written before this process started, give or take `_CLOCK_SKEW`) is not taken: readers
-re-read until rank 0's own appears or `timeout` ends.
+re-read until rank 0's own appears or `timeout` ends. Nor is one whose store does not answer: a run
+killed just before this one started (same job id and secret, a file too fresh for the clock to
+tell) left it, or rank 0's store is not listening yet; either way the reader reads again and tries
+again until a store answers at the address the file then holds (rank 0 replaces a killed run's
+file with its own).
 """
 
 import atexit
@@ -22,6 +26,7 @@ import hashlib
 import hmac
 import importlib.util
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -224,11 +229,33 @@ def _look(rdv, secret, job_key, since):
     return (host, int(port)), ""
 
 
+def store_answers(host, port, timeout=1.0):
+    """Whether something listens at `host:port` (a TCP connection opens; it is closed at once).
+
+    Args:
+        host, port: the address a rendezvous file holds.
+        timeout: seconds to wait for the connection.
+
+    Returns:
+        bool.
+
+    Example:
+
+    >>> store_answers("127.0.0.1", 29500)
+    False
+    """
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def read_file(rdv, secret, job_key, timeout, poll=0.1):
     """Every other rank: waits for rank 0's file of this job and returns (host, port).
 
-    A file of another job, or one written before this process started, is read again until rank
-    0's own replaces it.
+    A file of another job, one written before this process started, or one whose store does not
+    answer, is read again until rank 0's own replaces it and its store answers.
 
     Args:
         rdv: the `RendezvousFile`.
@@ -245,8 +272,11 @@ def read_file(rdv, secret, job_key, timeout, poll=0.1):
     deadline, since = time.monotonic() + timeout, _process_start() - _CLOCK_SKEW
     while True:
         found, instead = _look(rdv, secret, job_key, since)
-        if found:
+        if found and store_answers(*found):
             return found
+        if found:
+            instead = (f"only a file of this job whose store at {found[0]}:{found[1]} did not answer: a run killed "
+                       "just before this one left it, or rank 0 stopped before its store listened")
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"rank 0 did not publish its address in {rdv.path!r} within {timeout:g} s (found {instead}): "
