@@ -169,6 +169,12 @@ def in_ring_strategy():
 
     Returns:
         bool.
+
+    Example:
+
+    >>> with strategy.scope():
+    ...     in_ring_strategy()
+    True
     """
     return hasattr(tf.distribute.get_strategy().extended, "step_rows")
 
