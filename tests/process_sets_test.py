@@ -95,7 +95,9 @@ try:
             ops.allreduce(big, process_set=evens)
     print("NO ERROR")
 except tf.errors.UnavailableError as e:
-    print(f"UNAVAILABLE after {time.monotonic() - start:.1f}s: {e.message.splitlines()[0]}")
+    print(f"UNAVAILABLE after {time.monotonic() - start:.1f}s: {e.message.splitlines()[0]}", flush=True)
+if rank == 0:
+    time.sleep(3)  # rank 1 must learn of rank 2, not of rank 0 ending first (the launcher ends us)
 '''
 
 
