@@ -383,3 +383,48 @@ def test_a_step_that_reads_the_replica_count_is_warned_about_once_naming_the_lin
     warned = [l for l in output.splitlines() if "reads num_replicas_in_sync inside a step" in l]
     assert warned and all(f"{script}:{line}:" in l for l in warned), output[-3000:]
     assert len(warned) <= 2, warned  # once per rank at most, and nothing for fit's own reads
+
+
+# A custom loop as one process writes it (no division by the number of replicas), under strategy.run.
+CUSTOM_LOOP = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+from keras import ops
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+strategy = tfring.RingStrategy()
+rng = np.random.default_rng(0)
+x = rng.standard_normal((100, 8)).astype("float32")  # batches of 48: a last one of 4, uneven on 3 ranks
+y = (x[:, :1] - x[:, 1:2]).astype("float32")
+for kind in ("sgd", "adam"):
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="tanh"), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.2) if kind == "sgd" else keras.optimizers.Adam(0.01)
+    data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(48))
+
+    @tf.function
+    def train_step(xb, yb):
+        def step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = ops.mean(ops.square(model(xb, training=True) - yb))
+            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+        strategy.run(step, args=(xb, yb))
+
+    for _ in range(2):
+        for xb, yb in data:
+            train_step(xb, yb)
+    np.save(f"{os.environ['OUT']}/custom_loop-{kind}-{strategy.rank}of{strategy.size}.npy",
+            np.concatenate([v.numpy().ravel() for v in model.weights]))
+'''
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_custom_loop_written_as_for_one_process_equals_one_process(warm, tmp_path, size):
+    warm.run_alone_then_jobs(CUSTOM_LOOP, env={"OUT": str(tmp_path)}, sizes=(size,))
+    for kind in ("sgd", "adam"):
+        assert_ranks_equal_one_process(tmp_path, f"custom_loop-{kind}", size)

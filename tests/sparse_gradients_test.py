@@ -4,6 +4,7 @@ import pytest
 
 from tfring_dev.testing import assert_ranks_equal_one_process
 from tfring_dev.testing import rank_lines
+from tfring_dev.testing import run_job
 
 pytestmark = pytest.mark.multiprocess
 
@@ -62,3 +63,37 @@ def results(warm, tmp_path_factory):
 @pytest.mark.parametrize("case", CASES)
 def test_sparse_gradients_equal_one_process(results, case, size):
     assert_ranks_equal_one_process(results, case, size)
+
+
+# TensorFlow's default threads (not pinned) and rows looked up many times a batch: the CPU scatter
+# that applies sparse rows adds a row's duplicates from several threads in any order.
+CROWDED = r'''
+import hashlib
+import numpy as np
+import keras
+import tfring
+
+strategy = tfring.RingStrategy()
+rng = np.random.default_rng(0)
+x = rng.zipf(1.3, (4096, 20)) % 100000  # a few ids thousands of times a batch, most once
+y = (x.sum(axis=1) % 2).astype("int32")
+keras.utils.set_random_seed(1)
+with strategy.scope():
+    m = keras.Sequential([keras.Input((20,), dtype="int64"), keras.layers.Embedding(100000, 64),
+                          keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+m.fit(x, y, batch_size=512, epochs=2, verbose=0, shuffle=False)
+print("DIGEST", hashlib.sha256(np.concatenate([v.numpy().ravel() for v in m.weights]).tobytes()).hexdigest())
+'''
+
+
+def test_crowded_sparse_rows_leave_every_rank_the_same_bits_on_every_run():
+    # Fresh processes with two intra-op threads each (the tests' default is one; a warm process
+    # keeps the threads an earlier script pinned).
+    digests = set()
+    for _ in range(2):
+        proc = run_job(2, CROWDED, env={"TF_NUM_INTRAOP_THREADS": "2", "OMP_NUM_THREADS": "2"}, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        for r in range(2):
+            digests.update(line.split()[1] for line in rank_lines(proc.stdout, r) if line.startswith("DIGEST"))
+    assert len(digests) == 1, digests
