@@ -170,6 +170,11 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             if self._size > 1:
                 # A call inside a step (LossScaleOptimizer's merge path) belongs to that step's rows.
                 self.step_rows = outer or step_rows.StepRows.of((args, kwargs), self._size)
+                if outer is None and self.step_rows is not None:
+                    # The step's row counts before its compute: the gradient buckets are weighed by
+                    # them, and a count that arrives late (behind the backward pass's kernels)
+                    # would hold the first bucket back until the backward pass ends.
+                    args, kwargs = self.step_rows.after_counts((args, kwargs))
             try:
                 outputs = fn(*args, **kwargs)
             finally:

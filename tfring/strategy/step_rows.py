@@ -66,6 +66,18 @@ class StepRows:
                 return cls(tf.shape(t, out_type=tf.int64)[0], size)
         return None
 
+    def after_counts(self, structure):
+        """`structure`'s tensors, each available only once the step's row counts are.
+
+        Args:
+            structure: a nest of tensors and other values (the step's arguments).
+
+        Returns:
+            The same nest.
+        """
+        with tf.control_dependencies([self.even, self.total]):
+            return tf.nest.map_structure(lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, structure)
+
     def share(self, dtype):
         """This rank's rows / global rows (exactly 1 / ranks when all ranks hold the same rows).
 
