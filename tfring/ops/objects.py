@@ -130,11 +130,10 @@ def _gather_frames(what, frame, root_rank, max_bytes, serializer, session, proce
     header = [[len(frame), root_rank, max_bytes, SERIALIZERS.index(serializer)]]
     with _named(what):
         headers = _evaluate(collectives.allgather(tf.constant(header, tf.int64), process_set=process_set), session)
-    _agree(what, headers, 1, "root_rank")
-    _agree(what, headers, 2, "max_bytes")
-    _agree(what, headers, 3, "serializer (0: json, 1: pickle)")
-    data = tf.constant(np.frombuffer(frame, dtype=np.uint8))
-    with _named(what):
+        _agree(what, headers, 1, "root_rank")
+        _agree(what, headers, 2, "max_bytes")
+        _agree(what, headers, 3, "serializer (0: json, 1: pickle)")
+        data = tf.constant(np.frombuffer(frame, dtype=np.uint8))
         gathered = _evaluate(collectives.allgather(data, process_set=process_set), session).tobytes()
     offsets = np.concatenate([[0], np.cumsum(headers[:, 0])])
     return [gathered[offsets[r]:offsets[r + 1]] for r in range(len(headers))]

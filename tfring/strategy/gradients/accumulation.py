@@ -62,10 +62,10 @@ def weighted_by_rows(grads, positions):
     """
     rows = step_rows.current()
     grads = list(grads)
-    for k in positions:
+    values = [grads[k].values if isinstance(grads[k], tf.IndexedSlices) else grads[k] for k in positions]
+    # One decision for the whole list (a rank without rows zeroes them all).
+    weighted = rows.zero_if_empty([v * rows.share(v.dtype) for v in values])
+    for k, v in zip(positions, weighted):
         g = grads[k]
-        if isinstance(g, tf.IndexedSlices):
-            grads[k] = tf.IndexedSlices(rows.weighted(g.values), g.indices, g.dense_shape)
-        else:
-            grads[k] = rows.weighted(g)
+        grads[k] = tf.IndexedSlices(v, g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices) else v
     return grads

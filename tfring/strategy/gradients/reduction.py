@@ -80,8 +80,9 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_row
             reduced[k] = r
     if slices:
         given = [grads[k] for k in slices]
-        if by_rows:
-            given = [tf.IndexedSlices(rows.for_mean([s.values])[0], s.indices, s.dense_shape) for s in given]
+        if by_rows:  # one decision for every sparse gradient of the step
+            given = [tf.IndexedSlices(v, s.indices, s.dense_shape)
+                     for v, s in zip(rows.for_mean([s.values for s in given]), given)]
         out = sparse.reduce_slices(given, settings.size, settings.sparse_as_dense,
                                    mean=op == "mean", as_rows=as_rows, process_set=settings.process_set)
         for k, r in zip(slices, out):
