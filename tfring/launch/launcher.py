@@ -25,6 +25,7 @@ from tfring.launch import addresses
 from tfring.launch import cluster
 from tfring.launch import core_binding
 from tfring.launch import forwarding
+from tfring.launch import horovod_habits
 from tfring.launch import hosts as hostlist
 from tfring.launch import interpreter
 from tfring.launch import local_rank
@@ -126,6 +127,7 @@ class Job:
             cluster.LOCAL_RANK: str(slot.local_rank), cluster.LOCAL_SIZE: str(slot.local_size),
             cluster.STORE_ADDR: store_addr, cluster.SECRET: secret, cluster.JOB_ID: job_id,
             "PYTHONUNBUFFERED": "1",
+            **horovod_habits.identity(slot, self.slots),
         }
         if self.options.timeout is not None:
             env[cluster.TIMEOUT] = str(self.options.timeout)

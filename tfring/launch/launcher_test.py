@@ -24,11 +24,14 @@ def _run(args, timeout=60, **kw):
 @pytest.mark.multiprocess
 def test_each_rank_gets_its_environment_and_output_is_prefixed():
     code = ("import os; print(' '.join(os.environ[k] for k in ('TFRING_RANK','TFRING_SIZE','TFRING_LOCAL_RANK',"
-            "'TFRING_LOCAL_SIZE'))); print(len(os.environ['TFRING_SECRET']), os.environ['TFRING_STORE_ADDR'])")
+            "'TFRING_LOCAL_SIZE'))); print(len(os.environ['TFRING_SECRET']), os.environ['TFRING_STORE_ADDR']); "
+            "print('hvd', ' '.join(os.environ['HOROVOD_' + k] for k in ('RANK', 'SIZE', 'LOCAL_RANK', 'LOCAL_SIZE', "
+            "'CROSS_RANK', 'CROSS_SIZE')))")
     proc = _run(["-np", "3", "--all-output", sys.executable, "-c", code])
     assert proc.returncode == 0, proc.stderr
     for r in range(3):
         assert f"[{r}] {r} 3 {r} 3" in proc.stdout
+        assert f"[{r}] hvd {r} 3 {r} 3 0 1" in proc.stdout  # horovodrun's variables, one host
     # A 32-byte hex secret and one store address, the same for every rank.
     secret_lines = {line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " 127.0.0.1:" in line}
     assert len(secret_lines) == 1 and secret_lines.pop().startswith("64 127.0.0.1:")

@@ -71,6 +71,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
         self.gradient_frame = None  # what the optimizer's door did in the apply being traced (door)
+        self.reducing_gradients = False  # Keras' own gradient all-reduce is being traced (door)
 
     @property
     def bucket_bytes(self):
@@ -239,9 +240,25 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
 
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
         values = [v if isinstance(v, tf.IndexedSlices) else self._local_value(v) for v, _ in value_destination_pairs]
-        if self._size == 1 or (self.gradient_frame is not None and self.gradient_frame.pass_through(values)):
-            return values  # one rank, or gradients reduced at the optimizer's door
+        if self._size == 1:
+            return values
+        if not self.reducing_gradients:
+            # Not gradients (synchronized batch norm's sums, a step's own all_reduce): exact,
+            # never through the communication hook.
+            return self._reduce_step_values(reduce_op, values)
+        if self.gradient_frame is not None and self.gradient_frame.pass_through(values):
+            return values  # gradients reduced at the optimizer's door already
         return self.reduce_gradients(values, reduce_op)
+
+    def _reduce_step_values(self, reduce_op, values):
+        """`_reduce_values`; in a step, a rank without rows adds nothing to a floating sum (its
+        statistics of an empty batch may be NaN)."""
+        values = [tf.convert_to_tensor(v) for v in values]
+        floating = [k for k, v in enumerate(values) if v.dtype.is_floating]
+        if self.step_rows is not None and reduce_op == tf.distribute.ReduceOp.SUM and floating:
+            for k, v in zip(floating, self.step_rows.zero_if_empty([values[k] for k in floating])):
+                values[k] = v
+        return self._reduce_values(reduce_op, values)
 
     def _local_results(self, value):
         if isinstance(value, values_lib.DistributedValues):

@@ -17,7 +17,9 @@ The contract:
   the same on every rank), `bucket.is_last` and `bucket.op`: "mean" for the gradients entering an
   optimizer (each rank's are of the mean loss over its own rows, weighed already when the ranks
   hold different numbers of rows: the job's gradient is their mean, as PyTorch DDP's hooks
-  return), "sum" for an explicit `all_reduce("sum", ...)` in a step. Start collectives with
+  return), "sum" where they are summed (gradient accumulation's weighed sum, Horovod's `op=Sum`).
+  Only gradients reach a hook: synchronized batch norm's sums, a step's own `all_reduce`, metrics
+  and `strategy.reduce` never do (they stay exact). Start collectives with
   `bucket.allreduce(tensors, op)` (default: `bucket.op`), which returns a `Future`;
   `Future.then(fn)` transforms its result once it is there.
 - The `Future` must give a list of tensors shaped and typed like `bucket.gradients`: the reduced

@@ -197,6 +197,17 @@ def _reduce_then_clip(original):
     return clip
 
 
+def _marks_gradients(original):
+    def all_reduce_sum_gradients(self, grads_and_vars):
+        extended = tf.distribute.get_strategy().extended
+        if not hasattr(extended, "reducing_gradients"):
+            return original(self, grads_and_vars)
+        with strategy_base.while_traced(extended, "reducing_gradients", True):
+            return original(self, grads_and_vars)
+
+    return all_reduce_sum_gradients
+
+
 _APPLY = ("self", "grads", "trainable_variables")
 
 PATCHES = [
@@ -209,4 +220,9 @@ PATCHES = [
                         _reduce_then_clip,
                         "with gradient accumulation, the accumulated gradients are all-reduced before they "
                         "are clipped", parameters=("self", "grads")),
+    keras_patches.Patch("keras.src.backend.tensorflow.optimizer.TFOptimizer", "_all_reduce_sum_gradients",
+                        _marks_gradients,
+                        "under RingStrategy, only Keras' gradient all-reduce reaches the communication hook: "
+                        "every other all_reduce (synchronized batch norm, a step's own) stays exact",
+                        parameters=("self", "grads_and_vars")),
 ]
