@@ -355,3 +355,46 @@ def test_stalled_rank_times_out_with_tfring_timeout():
     proc = run_job(2, STALLED, env={"TFRING_TIMEOUT": "2"}, timeout=120)
     lines = rank_lines(proc.stdout, 0)
     assert any("rank 1 stopped answering for 2 s" in l for l in lines), (lines, proc.stderr[-2000:])
+
+
+STARTED = r'''
+import numpy as np
+import tensorflow as tf
+import tfring
+from tfring.ops import started
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tfring.init()
+rank, size = tfring.rank(), tfring.size()
+x = tf.constant(np.arange(6 * size * 2, dtype=np.float32).reshape(6 * size, 2) + 100 * rank)
+bits = tf.constant(np.arange(4 * size, dtype=np.uint8) + rank)
+
+
+@tf.function
+def overlapped():
+    # Three collectives started before any is waited for, as a hook does with a bucket.
+    gathered = started.allgather_start(x)
+    exchanged = started.alltoall_start(bits)
+    scattered = started.reducescatter_start([x, tf.cast(x, tf.float64)], op="sum")
+    return gathered.wait()[0], exchanged.wait()[0], scattered.wait()
+
+
+gathered, exchanged, scattered = overlapped()
+ok = (np.array_equal(gathered, tfring.ops.allgather(x)) and
+      np.array_equal(exchanged, tfring.ops.alltoall(bits)[0]) and
+      all(np.array_equal(s, r) for s, r in zip(scattered, tfring.ops.reducescatter([x, tf.cast(x, tf.float64)]))))
+print("STARTED", ok, gathered.shape.as_list(), exchanged.dtype.name)
+try:
+    tf.function(lambda: started.allgather_start(tf.ones([rank + 1, 2])).wait()[0])()
+except tf.errors.OpError as e:
+    print("UNEQUAL", type(e).__name__, "every rank must start it with the same shape" in e.message)
+'''
+
+
+def test_started_allgather_alltoall_and_reducescatter_equal_the_plain_ones():
+    job = run_job(2, STARTED, timeout=120)
+    assert job.returncode == 0, job.stderr[-3000:]
+    for rank in range(2):
+        lines = rank_lines(job.stdout, rank)
+        assert "STARTED True [24, 2] uint8" in lines, lines
+        assert any(l.startswith("UNEQUAL") and l.endswith("True") for l in lines), lines

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 import tfring
-from tfring.strategy.gradients import comm_hooks
+from tfring import compression as comm_hooks
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 rng = np.random.default_rng(0)

@@ -60,8 +60,11 @@ class OwnReduce(keras.Model):
 
 results, totals = {}, []
 size = int(os.environ.get("TFRING_SIZE", "1"))
-for compression in ["none", "fp16", "bf16", "spy"]:
-    strategy = tfring.RingStrategy(compression=None if compression in ("none", "spy") else compression)
+COMPRESSORS = {"none": None, "spy": None, "fp16": "fp16", "bf16": "bf16",
+               "powersgd": tfring.compression.PowerSGD(rank=1, start_iter=2, min_compression_rate=1),
+               "onebit": tfring.compression.OneBit(warmup_steps=2)}
+for compression, given in COMPRESSORS.items():
+    strategy = tfring.RingStrategy(compression=given)
     if compression == "spy" and strategy.size > 1:
         strategy.register_comm_hook(None, spy)
     keras.utils.set_random_seed(1)
@@ -84,7 +87,8 @@ for compression in ["none", "fp16", "bf16", "spy"]:
         own.compile(optimizer="sgd", loss="mse", run_eagerly=True)
     own.fit(X, Y, batch_size=96, epochs=1, shuffle=False, verbose=0)
     results[compression]["own_sum"] = totals.pop()
-    results[compression]["reduced"] = float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(70000.0)), axis=None))
+    per_rank = strategy.run(lambda: tf.constant(70000.0))
+    results[compression]["reduced"] = float(strategy.reduce("SUM", per_rank, axis=None))
 print("RESULTS", json.dumps(results))
 '''
 
@@ -114,3 +118,222 @@ def test_synchronized_batch_norm_and_own_reductions_are_exact_under_every_compre
             assert r["own_sum"] == pytest.approx(x_sum, rel=1e-6), (compression, r["own_sum"], x_sum)
             assert r["reduced"] == 140000.0, compression
         assert got["spy"]["only_gradients"] and got["spy"]["hook_saw"] > 0, got["spy"]
+
+
+COMPRESSORS = r"""
+import json
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+import tfring.horovod.tensorflow.keras as hvd
+from tfring.compression import runner
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+rank, size = tfring.rank(), tfring.size()
+
+
+def same_on_every_rank(values):
+    flat = np.concatenate([np.asarray(v, np.float64).ravel() for v in values])
+    gathered = tfring.ops.allgather(tf.constant(flat[None, :])).numpy()
+    return bool(np.all(gathered == gathered[0]))
+
+
+# One step against NumPy: every rank knows every rank's gradients. Two buckets, started in a graph
+# (start/done pairs and each bucket's tf.cond in the ranks' collective order).
+rng = np.random.default_rng(0)
+grads = [(rng.standard_normal((24, 16)).astype("float32"), rng.standard_normal(16).astype("float32"),
+          rng.standard_normal((40, 32)).astype("float32")) for _ in range(size)]
+mine = grads[rank]
+compressor = tfring.compression.PowerSGD(rank=2, start_iter=2)
+state = compressor.new_state()
+variables = [tf.Variable(tf.zeros(g.shape)) for g in mine]
+
+
+@tf.function
+def step():
+    return runner.run(compressor, state, [[tf.constant(mine[0]), tf.constant(mine[1])], [tf.constant(mine[2])]],
+                      "mean", overlap=True, size=size, variables=[variables[:2], variables[2:]])
+
+
+for _ in range(2):
+    warm = step()
+q0 = [q.numpy() for q in state.memories("q")]
+got = step()
+
+
+def orthonormal(p):
+    q, r = np.linalg.qr(p)
+    return q * np.sign(np.diag(r))
+
+
+expected, errors = [], []
+for k, q in zip((0, 2), q0):
+    p = orthonormal(np.mean([g[k] @ q for g in grads], axis=0))
+    qq = np.mean([g[k].T @ p for g in grads], axis=0)
+    expected.append(p @ qq.T)
+    errors.append(mine[k] - p @ qq.T)
+print("NUMPY", json.dumps({
+    "warm_up_exact": bool(np.allclose(warm[0][0], np.mean([g[0] for g in grads], axis=0), atol=1e-6)),
+    "bias_exact": bool(np.allclose(got[0][1], np.mean([g[1] for g in grads], axis=0), atol=1e-6)),
+    "approx": max(float(np.max(np.abs(got[0][0] - expected[0]))), float(np.max(np.abs(got[1][0] - expected[1])))),
+    "errors": max(float(np.max(np.abs(e.numpy() - x))) for e, x in zip(state.memories("error"), errors)),
+    "same": same_on_every_rank([got[0][0], got[0][1], got[1][0]]),
+    "errors_differ": not same_on_every_rank([e.numpy() for e in state.memories("error")]),
+    "iteration": int(state.iteration.numpy())}))
+
+# OneBit, one step against NumPy: worker chunks to their owners, averaged, compressed again.
+onebit = tfring.compression.OneBit(warmup_steps=1)
+onebit_state = onebit.new_state()
+flat = [np.concatenate([g[0].ravel(), g[1].ravel()]) for g in grads]
+length = flat[0].size
+chunk = -(-(-(-length // size)) // 8) * 8
+mask = (np.arange(size * chunk) < length).reshape(size, chunk)
+
+
+def one_bit(rows, row_mask):
+    count = np.maximum(row_mask.sum(axis=1), 1)
+    scales = np.linalg.norm(rows * row_mask, axis=1) / np.sqrt(count)
+    return np.where(rows >= 0, 1.0, -1.0) * scales[:, None] * row_mask
+
+
+@tf.function
+def onebit_step():
+    return runner.run(onebit, onebit_state, [[tf.constant(mine[0]), tf.constant(mine[1])]], "mean", overlap=False,
+                      size=size, variables=[variables[:2]])
+
+
+onebit_step()
+got_bits = onebit_step()[0]
+workers = [one_bit(np.pad(f, (0, size * chunk - length)).reshape(size, chunk), mask) for f in flat]
+servers = [one_bit(np.mean([w[j] for w in workers], axis=0)[None, :], mask[j:j + 1])[0] for j in range(size)]
+expected_bits = np.concatenate(servers)[:length]
+print("ONEBIT", json.dumps({
+    "approx": float(np.max(np.abs(np.concatenate([got_bits[0].numpy().ravel(), got_bits[1].numpy().ravel()])
+                                  - expected_bits))),
+    "same": same_on_every_rank([got_bits[0], got_bits[1]]),
+    "server_error": float(np.max(np.abs(onebit_state.memories("server_error")[0].numpy()
+                                        - (np.mean([w[rank] for w in workers], axis=0) - servers[rank]))))}))
+
+# fit under RingStrategy and under hvd.DistributedOptimizer: ranks identical, training converges.
+X = rng.standard_normal((384, 32)).astype("float32")
+W = rng.standard_normal((32, 8)).astype("float32")
+Y = np.tanh(X @ W) @ rng.standard_normal((8, 4)).astype("float32")
+
+
+def model():
+    return keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
+                             keras.layers.Dense(64, activation="relu"), keras.layers.Dense(4)])
+
+
+def fit(name, optimizer, compression, horovod=False, batch_size=96, rows=384):
+    keras.utils.set_random_seed(1)
+    if horovod:
+        m = model()
+        m.compile(optimizer=hvd.DistributedOptimizer(optimizer(), compression=compression or hvd.Compression.none),
+                  loss="mse")
+        x, y = X[rank::size], Y[rank::size]  # Horovod's habit: each rank its own shard
+        batch_size //= size
+    else:
+        strategy = tfring.RingStrategy(compression=compression, bucket_bytes=8192)
+        with strategy.scope():
+            m = model()
+            m.compile(optimizer=optimizer(), loss="mse")
+        x, y = X[:rows], Y[:rows]
+    history = m.fit(x, y, batch_size=batch_size, epochs=8, shuffle=False, verbose=0)
+    losses = history.history["loss"]
+    print("FIT", name, json.dumps({"first": losses[0], "last": losses[-1],
+                                   "same": same_on_every_rank([w.numpy() for w in m.weights])}))
+
+
+def sgd():
+    return keras.optimizers.SGD(0.05, momentum=0.9)
+
+
+# Horovod's API first: once a RingStrategy exists, a model built outside its scope is refused.
+fit("powersgd_horovod", sgd, tfring.compression.PowerSGD(rank=2, start_iter=2), horovod=True)
+fit("exact_sgd", sgd, None)
+fit("powersgd_sgd", sgd, tfring.compression.PowerSGD(rank=2, start_iter=2))
+fit("exact_adam", lambda: keras.optimizers.Adam(0.01), None)
+fit("powersgd_adam", lambda: keras.optimizers.Adam(0.01), tfring.compression.PowerSGD(rank=2, start_iter=2))
+fit("onebit_sgd", sgd, tfring.compression.OneBit(warmup_steps=8))
+fit("onebit_adam", lambda: keras.optimizers.Adam(0.01), tfring.compression.OneBit(warmup_steps=8))
+# 290 = 3 * 96 + 2: in each epoch's last step a rank holds no row (on 3 ranks; on 2, one each).
+# Steps of 2 rows need a gentler step size (0.05 diverges, exact or not).
+def gentle():
+    return keras.optimizers.SGD(0.01, momentum=0.9)
+
+
+fit("exact_uneven", gentle, None, rows=290)
+fit("powersgd_uneven", gentle, tfring.compression.PowerSGD(rank=2, start_iter=2), rows=290)
+fit("onebit_uneven", gentle, tfring.compression.OneBit(warmup_steps=8), rows=290)
+
+# The hook's state is rank-local memory, not saved: a resumed fit starts it afresh.
+import tempfile
+backup = tempfile.mkdtemp() if rank == 0 else None
+backup = tfring.broadcast_object(backup)
+
+
+class StopAfter(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+
+for attempt in range(2):
+    strategy = tfring.RingStrategy(compression=tfring.compression.PowerSGD(rank=2, start_iter=2))
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        m = model()
+        m.compile(optimizer=sgd(), loss="mse")
+    try:
+        m.fit(X, Y, batch_size=96, epochs=4, shuffle=False, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(backup)] + ([StopAfter()] if attempt == 0 else []))
+    except KeyboardInterrupt:
+        pass
+    state = strategy.extended.gradient_settings.hook_state
+    print("RESUME", attempt, int(state.iteration.numpy()), len(m.weights), len(state.memories()),
+          same_on_every_rank([w.numpy() for w in m.weights]))
+
+# Mixed precision: the loss scale comes off before the hook and back after.
+keras.mixed_precision.set_global_policy("mixed_float16")
+fit("powersgd_mixed", sgd, tfring.compression.PowerSGD(rank=2, start_iter=2))
+"""
+
+
+def _fits(lines):
+    return {l.split()[1]: json.loads(l.split(" ", 2)[2]) for l in lines if l.startswith("FIT ")}
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_compressors_are_numpys_and_train_with_ranks_identical(ranks):
+    job = run_job(ranks, COMPRESSORS, timeout=600)
+    assert job.returncode == 0, job.stderr[-3000:]
+    for rank in range(ranks):
+        lines = rank_lines(job.stdout, rank)
+        numpy = json.loads([l for l in lines if l.startswith("NUMPY ")][0][len("NUMPY "):])
+        assert numpy["warm_up_exact"] and numpy["bias_exact"], numpy
+        assert numpy["approx"] < 1e-4 and numpy["errors"] < 1e-4, numpy
+        assert numpy["same"] and numpy["errors_differ"] and numpy["iteration"] == 3, numpy
+        one_bit = json.loads([l for l in lines if l.startswith("ONEBIT ")][0][len("ONEBIT "):])
+        assert one_bit["approx"] < 1e-5 and one_bit["same"] and one_bit["server_error"] < 1e-5, one_bit
+        fits = _fits(lines)
+        for name, r in fits.items():
+            assert r["same"], (name, r)  # every rank applied the same approximation
+            baseline = "exact_adam" if "adam" in name else "exact_uneven" if "uneven" in name else "exact_sgd"
+            exact = fits[baseline]["last"]
+            if "uneven" in name:
+                # When written: 2 ranks, exact 4.91 -> 2.12, PowerSGD -> 2.34, 1-bit -> 2.32;
+                # 3 ranks, exact 6.96 -> 2.90, PowerSGD -> 3.22, 1-bit -> 3.44.
+                assert r["last"] < r["first"] / 1.5 and r["last"] < 1.5 * exact, (name, r, exact)
+            elif name.startswith("onebit"):
+                # One bit per element learns slower in 32 steps, 8 of them exact (3 ranks, when written:
+                # SGD 6.71 -> 2.69 against 1.10 exact, Adam 6.28 -> 1.38 against 0.99).
+                assert r["last"] < r["first"] / 2 and r["last"] < 3 * exact, (name, r, exact)
+            else:
+                # PowerSGD rank 2 of 64 x 64 kernels within a factor 2 of exact (1.5x when written).
+                assert r["last"] < r["first"] / 3, (name, r)
+                assert "horovod" in name or r["last"] < 2 * exact, (name, r, exact)
+        resumed = [l.split()[1:] for l in lines if l.startswith("RESUME ")]
+        # 2 epochs of 4 steps, then the resumed 2 epochs: the state counted only those.
+        assert resumed == [["0", "8", "6", "4", "True"], ["1", "8", "6", "4", "True"]], resumed

@@ -19,7 +19,7 @@ import zlib
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
-PUBLIC_MODULES = ["tfring", "tfring.ops", "tfring.optimizers", "tfring.callbacks", "tfring.schedules", "tfring.data",
+PUBLIC_MODULES = ["tfring", "tfring.ops", "tfring.compression", "tfring.optimizers", "tfring.callbacks", "tfring.schedules", "tfring.data",
                   "tfring.spark", "tfring.horovod", "tfring.horovod.tensorflow", "tfring.horovod.tensorflow.keras",
                   "tfring.horovod.keras"]
 

@@ -194,7 +194,7 @@ def test_the_site_works_in_a_browser(site):
             step = "api"
             driver.get(url + "/api/ops/")
             _visible_heading(driver, "tfring.ops")
-            entry = driver.find_element(By.ID, "tfring.ops.collectives.allreduce_buckets")
+            entry = driver.find_element(By.ID, "tfring.ops.started.allreduce_buckets")
             assert "tfring.ops.allreduce_buckets" in entry.text, entry.text
             driver.save_screenshot(os.path.join(artifacts, "api-ops.png"))
             loaded += _loaded(driver)

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tfring import runtime
 from tfring.callbacks.learning_rate_callback import LearningRateCallback
+from tfring.horovod import broadcasts
 from tfring.horovod import collectives
 
 
@@ -53,7 +54,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         # seeds would give every rank the same dropout masks (neither Horovod nor one process does).
         variables = [v for v in self.model.weights if id(v) not in self._local]
         variables += list(optimizer.variables) if optimizer is not None else []
-        collectives.broadcast_variables(variables, self.root_rank)
+        broadcasts.broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
 
     def on_train_begin(self, logs=None):

@@ -16,15 +16,14 @@ from tfring.horovod import basics
 from tfring.horovod import compression as compression_lib
 from tfring.horovod import process_sets
 from tfring.ops import collectives as ring
-from tfring.ops import objects
 
-_NARROW_INTS = (tf.int8, tf.uint8, tf.int16, tf.uint16)
+NARROW_INTS = (tf.int8, tf.uint8, tf.int16, tf.uint16)  # travel widened to int32
 
 
-def _widened(tensor):
+def widened(tensor):
     """`tensor` in a type the ring carries, and the function that gives its own type back."""
     dtype = tensor.dtype
-    if dtype in _NARROW_INTS:
+    if dtype in NARROW_INTS:
         return tf.cast(tensor, tf.int32), lambda t: tf.cast(t, dtype)
     if dtype == tf.bool:
         return tf.cast(tensor, tf.uint8), lambda t: tf.cast(t, tf.bool)
@@ -47,8 +46,8 @@ def _reduce_dense(tensors, op, compression, prescale_factor, postscale_factor, p
     `process_set`, scaled in each tensor's own (compressed) type before and after, as Horovod does."""
     tfring_op = basics.tfring_op(op, where)
     compressed, contexts = zip(*[compression.compress(tf.convert_to_tensor(t)) for t in tensors])
-    widened, narrows = zip(*[_widened(_scaled(t, prescale_factor)) for t in compressed])
-    reduced = collective(list(widened), op=tfring_op, process_set=process_set)
+    wide, narrows = zip(*[widened(_scaled(t, prescale_factor)) for t in compressed])
+    reduced = collective(list(wide), op=tfring_op, process_set=process_set)
     return [compression.decompress(_scaled(narrow(r), postscale_factor), ctx)
             for r, narrow, ctx in zip(reduced, narrows, contexts)]
 
@@ -58,8 +57,7 @@ def _reduce_slices(slices, op, prescale_factor, postscale_factor, process_set):
         raise NotImplementedError("hvd.allreduce: only hvd.Sum and hvd.Average are supported with tf.IndexedSlices")
     if prescale_factor != 1.0 or postscale_factor != 1.0:
         raise NotImplementedError("hvd.allreduce: pre/postscale factors are not supported with tf.IndexedSlices")
-    values = _gather(slices.values, process_set)
-    indices = ring.allgather(tf.cast(slices.indices, tf.int64), process_set=process_set)
+    values, indices = ring.allgather_slices(slices, process_set, gather_values=lambda v: _gather(v, process_set))
     if op == basics.Average:
         values = values / tf.cast(len(runtime.process_set_ranks(process_set)), values.dtype)
     return tf.IndexedSlices(values, indices, slices.dense_shape)
@@ -151,7 +149,7 @@ def _gather(tensor, process_set):
 
     @tf.custom_gradient
     def gather(x):
-        wide, narrow = _widened(x)
+        wide, narrow = widened(x)
         gathered = narrow(ring.allgather(wide, process_set=process_set))
 
         def grad(dy):
@@ -192,168 +190,6 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=p
         A list of the gathered tensors.
     """
     return [allgather(t, process_set=process_set) for t in tensors]
-
-
-def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=process_sets.global_process_set):
-    """The root's tensor on every rank (Horovod's `hvd.broadcast`).
-
-    The gradient is Horovod's: the incoming gradient averaged over the ranks on the root, zero on
-    the others.
-
-    Args:
-        tensor: a tensor, the same shape and type on every rank.
-        root_rank: the rank whose value wins.
-        name: ignored.
-        ignore_name_scope: ignored.
-        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
-
-    Returns:
-        The root's value.
-
-    Example:
-
-    >>> hvd.broadcast(tf.constant(hvd.rank()), root_rank=0)
-    """
-    set_id = process_sets.set_id(process_set, "hvd.broadcast")
-    tensor = tf.convert_to_tensor(tensor)
-
-    @tf.custom_gradient
-    def cast(x):
-        wide, narrow = _widened(x)
-        value = narrow(ring.broadcast(wide, root_rank=root_rank, process_set=set_id))
-
-        def grad(dy):
-            mean = ring.allreduce(dy, op="mean", process_set=set_id)
-            if runtime.rank() == root_rank:
-                return mean
-            with tf.control_dependencies([mean]):  # a TF1 graph would otherwise prune the allreduce here only
-                return tf.zeros_like(mean)
-
-        return value, grad
-
-    return cast(tensor)
-
-
-def broadcast_variables(variables, root_rank, process_set=process_sets.global_process_set, inplace=False):
-    """Assigns the root's values to `variables` on every rank (Horovod's `hvd.broadcast_variables`).
-
-    Args:
-        variables: a list of `tf.Variable`s or Keras variables.
-        root_rank: the rank whose values win.
-        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
-        inplace: ignored (tfring always assigns in place).
-
-    Returns:
-        Eagerly None; in a graph, the op that assigns.
-
-    Example:
-
-    >>> hvd.broadcast_variables(model.variables, root_rank=0)
-    """
-    set_id = process_sets.set_id(process_set, "hvd.broadcast_variables")
-    variables = list(variables)
-    narrow = [v for v in variables if tf.as_dtype(v.dtype).base_dtype in _NARROW_INTS]  # TF1 has int8_ref
-    if not narrow:
-        return ring.broadcast_variables(variables, root_rank=root_rank, process_set=set_id)
-    values = [broadcast(tf.convert_to_tensor(v), root_rank, process_set=process_set) for v in narrow]
-    others = ring.broadcast_variables([v for v in variables if all(v is not n for n in narrow)], root_rank=root_rank,
-                                      process_set=set_id)
-    return tf.group(others, *[v.assign(value) for v, value in zip(narrow, values)])
-
-
-def broadcast_(variables, root_rank, name=None, process_set=process_sets.global_process_set):
-    """Assigns the root's values to `variables` in place and returns them (Horovod's `hvd.broadcast_`).
-
-    Args:
-        variables: a list of `tf.Variable`s or Keras variables.
-        root_rank: the rank whose values win.
-        name: ignored.
-        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
-
-    Returns:
-        The variables' values after the broadcast, a list of tensors.
-
-    Example:
-
-    >>> values = hvd.broadcast_([v1, v2], root_rank=0)
-    """
-    variables = list(variables)
-    assigned = broadcast_variables(variables, root_rank, process_set=process_set)
-    with tf.control_dependencies([assigned] if assigned is not None else []):
-        return [tf.identity(tf.convert_to_tensor(v)) for v in variables]  # read after the assignment
-
-
-def broadcast_global_variables(root_rank):
-    """Broadcasts every global variable of the TF1 graph from the root (Horovod's TF1 call).
-
-    Returns:
-        The op that assigns them (run it in the session).
-
-    Raises:
-        RuntimeError: called eagerly (TF2 has no global variables: use `broadcast_variables`).
-    """
-    if tf.executing_eagerly():
-        raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution. Please use "
-                           "`hvd.broadcast_variables(<model/optimizer variables>)` instead.")
-    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
-
-
-def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=process_sets.global_process_set):
-    """The root's Python object on every rank (Horovod's `hvd.broadcast_object`).
-
-    Any picklable object, as Horovod's; tfring signs the pickle with the job secret and every rank
-    checks the signature before unpickling, so nothing a process outside the job sends is
-    unpickled (`tfring.ops.objects`). Eagerly, or in a TF1 graph through `session` (or the default one).
-
-    Args:
-        obj: the object (on the root).
-        root_rank: the rank whose object wins.
-        session: in a TF1 graph, the session that runs the collectives.
-        name: ignored.
-        process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
-
-    Returns:
-        The root's object.
-
-    Raises:
-        ValueError: on every rank, when the root's object cannot be pickled (the message says why).
-
-    Example:
-
-    >>> state = hvd.broadcast_object({"epoch": 3, 0: [1, 2]}, root_rank=0)
-    """
-    set_id = process_sets.set_id(process_set, "hvd.broadcast_object")
-    return objects.broadcast_object(obj, root_rank=root_rank, serializer="pickle", session=session, process_set=set_id)
-
-
-def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=process_sets.global_process_set):
-    """A function that broadcasts an object from the root (Horovod's TF1 `hvd.broadcast_object_fn`).
-
-    Returns:
-        `f(obj)`: `broadcast_object(obj, root_rank, session)`.
-
-    Example:
-
-    >>> bcast = hvd.broadcast_object_fn(root_rank=0)
-    >>> obj = bcast(obj)
-    """
-    process_sets.set_id(process_set, "hvd.broadcast_object_fn")
-    return lambda obj: broadcast_object(obj, root_rank, session, process_set=process_set)
-
-
-def allgather_object(obj, session=None, name=None, process_set=process_sets.global_process_set):
-    """Every rank's Python object, in rank order (Horovod's `hvd.allgather_object`), pickled and signed
-    as `broadcast_object` sends them.
-
-    Returns:
-        A list of `size()` objects.
-
-    Example:
-
-    >>> hvd.allgather_object({"loss": 0.5})
-    """
-    set_id = process_sets.set_id(process_set, "hvd.allgather_object")
-    return objects.allgather_object(obj, serializer="pickle", session=session, process_set=set_id)
 
 
 def barrier(process_set=process_sets.global_process_set):
@@ -487,7 +323,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     """
     set_id = process_sets.set_id(process_set, "hvd.alltoall")
     tensor = tf.convert_to_tensor(tensor)
-    wide, narrow = _widened(tensor)
+    wide, narrow = widened(tensor)
     received, counts = ring.alltoall(wide, splits=splits, process_set=set_id)
     received = narrow(received)
     return (received, tf.cast(counts, tf.int32)) if splits is not None else received

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from tfring.compression import default_hooks
+
 
 class Compressor:
     """How a tensor is compressed before it travels and restored after (Horovod's interface)."""
@@ -37,13 +39,12 @@ class FP16Compressor(Compressor):
     @staticmethod
     def compress(tensor):
         """Returns `tensor` as float16 when it is floating-point, and its type."""
-        narrow = tf.cast(tensor, tf.float16) if tensor.dtype.is_floating else tensor
-        return narrow, tensor.dtype
+        return default_hooks.narrowed(tensor, tf.float16), tensor.dtype
 
     @staticmethod
     def decompress(tensor, ctx):
         """Returns `tensor` in its original type `ctx`."""
-        return tf.cast(tensor, ctx) if ctx.is_floating else tensor
+        return default_hooks.restored(tensor, ctx)
 
 
 class Compression:

@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 
 from tfring import runtime
-from tfring.horovod import collectives
+from tfring.horovod import broadcasts
 
 
 class HorovodInternalError(RuntimeError):
@@ -51,7 +51,7 @@ class ObjectState:
     """
 
     def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        self._bcast_object = bcast_object or collectives.broadcast_object
+        self._bcast_object = bcast_object or broadcasts.broadcast_object
         self._rank = get_rank or runtime.rank
         self._saved_state = kwargs
         self._reset_callbacks = []
@@ -148,7 +148,7 @@ class TensorFlowState(ObjectState):
 
     def sync(self):
         """Gives every rank rank 0's variables and attributes, and keeps them as the last commit."""
-        collectives.broadcast_variables(self.variables, root_rank=0)
+        broadcasts.broadcast_variables(self.variables, root_rank=0)
         self._values = _values(self.variables)
         super().sync()
 
@@ -197,7 +197,7 @@ class TensorFlowKerasState(ObjectState):
 
     def sync(self):
         """Gives every rank rank 0's variables and attributes, and keeps them as the last commit."""
-        collectives.broadcast_variables(self._variables(), root_rank=0)
+        broadcasts.broadcast_variables(self._variables(), root_rank=0)
         self._save_model()
         super().sync()
 

@@ -47,7 +47,8 @@ class _Distributed:
         grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
         flat_sources, flat_grads = tf.nest.flatten(sources), tf.nest.flatten(grads, expand_composites=False)
         local = [k for k, s in enumerate(flat_sources) if id(s) in self._hvd_local]
-        reduced = gradients.reduce(self._hvd_settings, flat_grads, self._hvd_op, local, self._hvd_scale_local)
+        reduced = gradients.reduce(self._hvd_settings, flat_grads, self._hvd_op, local, self._hvd_scale_local,
+                                   variables=flat_sources)
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None, use_generic_names=False):

@@ -16,7 +16,9 @@ from tfring import config
 from tfring import runtime
 from tfring.horovod import basics
 from tfring.horovod import compression as compression_lib
-from tfring.strategy.gradients import comm_hooks
+from tfring.compression import default_hooks
+from tfring.compression import registry
+from tfring.strategy.gradients import buckets
 from tfring.strategy.gradients import reduction
 
 
@@ -35,7 +37,7 @@ def horovod_hook(state, bucket):
 
     Args:
         state: a `HorovodHookState`.
-        bucket: a `tfring.strategy.gradients.comm_hooks.GradientBucket`.
+        bucket: a `tfring.compression.GradientBucket`.
 
     Returns:
         A `Future` of the reduced gradients.
@@ -67,16 +69,23 @@ def settings(compression, sparse_as_dense, gradient_predivide_factor, where, pro
     Returns:
         A `reduction.GradientSettings`.
     """
-    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
-        raise TypeError(f"{where}: compression must be hvd.Compression.none, hvd.Compression.fp16 or a "
-                        f"Compressor, got {compression!r}")
+    tfring_compressor = registry.is_compressor(compression)
+    if not tfring_compressor and not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise TypeError(f"{where}: compression must be hvd.Compression.none, hvd.Compression.fp16, a "
+                        f"Compressor or a tfring compressor (tfring.compression.PowerSGD(...)), got {compression!r}")
     factor = float(gradient_predivide_factor)
     if not factor > 0:
         raise ValueError(f"{where}: gradient_predivide_factor must be > 0, got {gradient_predivide_factor!r}")
+    if tfring_compressor and factor != 1.0:
+        raise ValueError(f"{where}: gradient_predivide_factor applies to Horovod's compressors only, not to "
+                         f"{compression!r}: leave it at 1.0")
     size = len(runtime.process_set_ranks(process_set))
     exact = compression is compression_lib.Compression.none and factor == 1.0
-    hook, state = (comm_hooks.allreduce_hook, None) if exact else (
-        horovod_hook, HorovodHookState(compression, factor, size))
+    if tfring_compressor:  # the same hook RingStrategy(compression=...) uses, with a state of its own
+        state, hook = registry.for_compression(compression, where)
+    else:
+        hook, state = (default_hooks.allreduce_hook, None) if exact else (
+            horovod_hook, HorovodHookState(compression, factor, size))
     return reduction.GradientSettings(size, _bucket_bytes(size), bool(sparse_as_dense), hook, state,
                                       process_set=process_set)
 
@@ -86,13 +95,11 @@ def _bucket_bytes(size):
     GPU: the buckets' start/done ops run on CPUs only. Decided without a collective, since Horovod's
     optimizers are made (and copied by `from_config`) on one rank as well as on all; ranks that decide
     differently fail at the first step with the collectives' mismatch error."""
-    chosen = config.Config.resolve().bucket_bytes
-    if chosen == "auto":
-        chosen = config.Config.bucket_bytes
-    return 0 if size == 1 or tf.config.list_logical_devices("GPU") else chosen
+    on_cpu = not tf.config.list_logical_devices("GPU")
+    return 0 if size == 1 else buckets.on_device(buckets.untuned(config.Config.resolve().bucket_bytes), on_cpu)
 
 
-def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True):
+def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, variables=None):
     """This rank's gradients averaged (or summed) over the ranks, Horovod's way; as they are on a
     rank outside the settings' process set (Horovod's rule).
 
@@ -103,6 +110,8 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True):
         local: positions in `grads` of worker-local variables: not reduced, and divided by the
             job's size when `scale_local_gradients` (Horovod's `register_local_var`).
         scale_local_gradients: see `local`.
+        variables: the variable (or source) of each gradient, a list like `grads`, for a hook's
+            per-variable state; None where unknown.
 
     Returns:
         A list like `grads`.
@@ -114,7 +123,9 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True):
         return list(grads)
     shared = [k for k in range(len(grads)) if k not in local]
     out = list(grads)
-    reduced = reduction.reduce_gradients(gradient_settings, [grads[k] for k in shared], op=tfring_op)
+    owners = [variables[k] for k in shared] if variables is not None else None
+    reduced = reduction.reduce_gradients(gradient_settings, [grads[k] for k in shared], op=tfring_op,
+                                         variables=owners)
     for k, r in zip(shared, reduced):
         out[k] = r
     if scale_local_gradients:

@@ -54,7 +54,7 @@ class LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
         if not pairs:
             return pairs
         grads, variables = zip(*pairs)
-        return list(zip(gradients.reduce(self._settings, list(grads), self._op), variables))
+        return list(zip(gradients.reduce(self._settings, list(grads), self._op, variables=list(variables)), variables))
 
     def apply_gradients(self, *args, **kwargs):
         """The wrapped optimizer's `apply_gradients`."""

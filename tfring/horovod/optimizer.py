@@ -76,7 +76,8 @@ class _Distributed:
 
     def _hvd_reduce(self, grads, variables):
         local = [k for k, v in enumerate(variables) if id(v) in self._hvd["local"]]
-        return gradients.reduce(self._hvd["settings"], grads, self._hvd["op"], local, self._hvd["scale_local"])
+        return gradients.reduce(self._hvd["settings"], grads, self._hvd["op"], local, self._hvd["scale_local"],
+                                variables=list(variables))
 
     def apply(self, grads, trainable_variables=None):
         """Reduces `grads` over the ranks, then applies them as the wrapped optimizer does.

@@ -5,6 +5,8 @@ The names load on first use, so `import tfring` (and the `tfring run` launcher) 
 TensorFlow.
 """
 
+from tfring.ops import collective_gradients  # noqa: F401 (registers the collectives' gradients)
+
 __all__ = ["allreduce", "allreduce_buckets", "broadcast", "allgather", "reducescatter", "alltoall", "barrier",
            "join", "broadcast_variables", "lars_update", "add_process_set", "remove_process_set", "process_set_ranks"]
 _PROCESS_SETS = ("add_process_set", "remove_process_set", "process_set_ranks")
@@ -19,6 +21,10 @@ def __getattr__(name):
         from tfring.ops import process_sets
 
         return getattr(process_sets, name)
+    if name == "allreduce_buckets":
+        from tfring.ops import started
+
+        return started.allreduce_buckets
     if name in __all__:
         from tfring.ops import collectives
 

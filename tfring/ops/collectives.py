@@ -63,13 +63,32 @@ def _set_id(what, process_set):
     return checks.number(f"tfring.{what}", "process_set", process_set, integer=True, at_least=0)
 
 
-def _set_size(process_set):
-    """The number of ranks in `process_set`."""
+def set_size(process_set):
+    """The number of ranks in `process_set` (0: every rank).
+
+    Args:
+        process_set: a process set id.
+
+    Returns:
+        int.
+    """
     return _runtime.size() if process_set == 0 else len(_runtime.process_set_ranks(process_set))
 
 
-def _position(what, process_set, rank=None):
-    """`rank`'s (default: this rank's) position in `process_set`, which the kernels count in."""
+def position(what, process_set, rank=None):
+    """`rank`'s (default: this rank's) position in `process_set`, which the kernels count in.
+
+    Args:
+        what: the public name being called, for the error.
+        process_set: a process set id (0: every rank).
+        rank: a job rank; default this rank.
+
+    Returns:
+        int.
+
+    Raises:
+        ValueError: `rank` is not in the set.
+    """
     rank = _runtime.rank() if rank is None else rank
     if process_set == 0:
         return rank
@@ -123,114 +142,6 @@ def allreduce(tensors, op="sum", name=None, process_set=0):
     return result[0] if single else result
 
 
-def allreduce_buckets(buckets, op="sum", name=None, process_set=0):
-    """All-reduces lists of tensors as one collective each, starting each as soon as its tensors exist.
-
-    In a graph, each bucket is a start op that depends only on the bucket's own tensors (and on
-    the previous bucket's start, which returns at once, so every rank submits them in the same
-    order) and a done op that completes with the bucket's collective. The first buckets travel
-    while the tensors of later ones are still being computed: give gradients in the order the
-    backward pass produces them (last layer first). Eagerly, the buckets run one after another.
-
-    Args:
-        buckets: a list of lists of tensors; a bucket of several dtypes runs as one collective per dtype.
-        op: as for `allreduce`.
-        name: optional op name prefix.
-        process_set: as for `allreduce`.
-
-    Returns:
-        A list of lists of reduced tensors, shaped like `buckets`; identical on every rank.
-
-    Raises:
-        ValueError, TypeError, tf.errors.OpError: as `allreduce`.
-
-    Example:
-
-    >>> grads = [tf.ones([2]), tf.ones([3])]
-    >>> tfring.ops.allreduce_buckets([grads[1:], grads[:1]], op="mean")
-    """
-    started = [allreduce_start(b, op=op, name=name, process_set=process_set) for b in buckets]
-    return [pending.wait() for pending in started]
-
-
-class Pending:
-    """An allreduce started by `allreduce_start`; `wait()` gives its result.
-
-    Args:
-        wait: a function of no arguments returning the reduced tensors (called once).
-
-    Example:
-
-    >>> pending = allreduce_start([tf.ones([2])])
-    >>> pending.wait()
-    [<tf.Tensor: shape=(2,), dtype=float32, numpy=array([2., 2.], dtype=float32)>]
-    """
-
-    def __init__(self, wait):
-        self._wait = wait
-        self._result = None
-
-    def wait(self):
-        """The reduced tensors, a list shaped like the started one; identical on every rank."""
-        if self._result is None:
-            self._result = self._wait()
-        return self._result
-
-
-def allreduce_start(tensors, op="sum", name=None, process_set=0):
-    """Starts all-reducing a list of tensors as one collective (one per dtype) and returns at once.
-
-    In a graph the start op depends only on `tensors` and the previous collective's start, and
-    `wait()` adds the op that completes it: start several, then wait for each, and the later ones
-    travel while the tensors of others are still being computed (`allreduce_buckets` does that).
-    Eagerly, the collective runs at once.
-
-    Args:
-        tensors: a list of tensors.
-        op: as for `allreduce`.
-        name: optional op name prefix.
-        process_set: as for `allreduce`.
-
-    Returns:
-        A `Pending`: its `wait()` returns the reduced tensors.
-
-    Raises:
-        ValueError, TypeError, tf.errors.OpError: as `allreduce`.
-
-    Example:
-
-    >>> first, second = allreduce_start([g1, g2]), allreduce_start([g3])
-    >>> first.wait() + second.wait()
-    """
-    checks.choice("tfring.allreduce_start", "op", op, REDUCE_OPS)
-    process_set = _set_id("allreduce_start", process_set)
-    _, bucket = _as_list("allreduce_start", list(tensors), _REDUCE_DTYPES)
-    if tf.executing_eagerly() or not bucket:
-        reduced = allreduce(bucket, op=op, name=name, process_set=process_set) if bucket else []
-        return Pending(lambda: reduced)
-    lib = _ops()
-    started = []  # (positions in the bucket, buffers, ticket)
-    for idx in _dtype_groups(bucket):
-        # The ticket first: `ordered` makes the op of the first output the chain's last link.
-        ticket, buffers = ordering.ordered(lambda idx=idx: _ticket_first(
-            lib.tfring_allreduce_start([bucket[i] for i in idx], reduce_op=op, name=name, process_set=process_set)))
-        started.append((idx, buffers, ticket))
-
-    def done():
-        reduced = [None] * len(bucket)
-        for idx, buffers, ticket in started:
-            for i, r in zip(idx, lib.tfring_allreduce_done(buffers, ticket)):
-                reduced[i] = r
-        return reduced
-
-    return Pending(done)
-
-
-def _ticket_first(started):
-    buffers, ticket = started
-    return [ticket, buffers]
-
-
 def broadcast(tensors, root_rank=0, name=None, process_set=0):
     """Copies tensors from `root_rank` to every rank.
 
@@ -255,7 +166,7 @@ def broadcast(tensors, root_rank=0, name=None, process_set=0):
         return []
     if len({t.dtype for t in items}) > 1:
         return [broadcast(t, root_rank, name, process_set) for t in items]
-    root = _position("broadcast", process_set, root_rank)
+    root = position("broadcast", process_set, root_rank)
     lib = _ops()
     result = ordering.ordered(lambda: lib.tfring_broadcast(items, root_rank=root, name=name, process_set=process_set))
     return result[0] if single else list(result)
@@ -287,6 +198,27 @@ def allgather(tensor, name=None, process_set=0):
     process_set = _set_id("allgather", process_set)
     lib = _ops()
     return ordering.ordered(lambda: lib.tfring_allgather(tensor, name=name, process_set=process_set))
+
+
+def allgather_slices(slices, process_set=0, gather_values=None):
+    """Every rank's rows of a `tf.IndexedSlices`: its values and their indices (as int64), each
+    allgathered, in rank order. Summing the rows with equal indices gives the dense allreduce.
+
+    Args:
+        slices: a `tf.IndexedSlices`.
+        process_set: as for `allreduce`.
+        gather_values: the allgather of the values (default `allgather`; Horovod's API passes
+            its own, whose gradient is Horovod's).
+
+    Returns:
+        `(values, indices)`.
+
+    Example:
+
+    >>> values, indices = tfring.ops.collectives.allgather_slices(embedding_gradient)
+    """
+    gather_values = gather_values or (lambda v: allgather(v, process_set=process_set))
+    return gather_values(slices.values), allgather(tf.cast(slices.indices, tf.int64), process_set=process_set)
 
 
 def reducescatter(tensors, op="sum", name=None, process_set=0):
@@ -366,7 +298,7 @@ def alltoall(tensor, splits=None, name=None, process_set=0):
     if tensor.shape.rank == 0:
         raise ValueError("tfring.alltoall needs a tensor of rank >= 1 (it sends rows), got a scalar")
     process_set = _set_id("alltoall", process_set)
-    size = _set_size(process_set)
+    size = set_size(process_set)
     if splits is None:
         rows = tensor.shape[0]
         if rows is not None and rows % size:
@@ -452,62 +384,3 @@ def broadcast_variables(variables, root_rank=0, process_set=0):
         return tf.no_op()
     values = broadcast([tf.convert_to_tensor(v) for v in variables], root_rank=root_rank, process_set=process_set)
     return tf.group(*[v.assign(value) for v, value in zip(variables, values)])  # None eagerly
-
-
-@tf.RegisterGradient("TfringAllreduce")
-def _allreduce_grad(op, *grads):
-    reduce_op = op.get_attr("reduce_op")
-    reduce_op = reduce_op.decode() if isinstance(reduce_op, bytes) else reduce_op
-    if reduce_op not in ("sum", "mean"):
-        return [None] * len(grads)
-    grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
-    return allreduce(grads, op=reduce_op, process_set=op.get_attr("process_set"))
-
-
-@tf.RegisterGradient("TfringBroadcast")
-def _broadcast_grad(op, *grads):
-    root, process_set = op.get_attr("root_rank"), op.get_attr("process_set")  # root: a position in the set
-    grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
-    if not grads[0].dtype.is_floating:
-        return [None] * len(grads)
-    summed = allreduce(grads, op="sum", process_set=process_set)
-    if _position("broadcast", process_set) == root:
-        return summed
-    with tf.control_dependencies(summed):  # a TF1 graph would otherwise prune the allreduce on this rank only
-        return [tf.zeros_like(g) for g in summed]
-
-
-@tf.RegisterGradient("TfringAllgather")
-def _allgather_grad(op, grad):
-    x, process_set = op.inputs[0], op.get_attr("process_set")
-    if not grad.dtype.is_floating:
-        return [None]
-    grad = allreduce(grad, op="sum", process_set=process_set)
-    rows = allgather(tf.shape(x, out_type=tf.int64)[:1], process_set=process_set)
-    offset = tf.reduce_sum(rows[: _position("allgather", process_set)])
-    begin = tf.concat([[offset], tf.zeros([tf.rank(x) - 1], tf.int64)], 0)
-    return tf.slice(grad, begin, tf.shape(x, out_type=tf.int64))
-
-
-@tf.RegisterGradient("TfringReducescatter")
-def _reducescatter_grad(op, *grads):
-    reduce_op = op.get_attr("reduce_op")
-    reduce_op = reduce_op.decode() if isinstance(reduce_op, bytes) else reduce_op
-    if reduce_op not in ("sum", "mean") or not grads[0].dtype.is_floating:
-        return [None] * len(grads)
-    grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
-    # Every rank's share of the gradient, gathered: d(sum)/d(input) is the whole gathered gradient.
-    process_set = op.get_attr("process_set")
-    gathered = [allgather(g, process_set=process_set) for g in grads]
-    if reduce_op == "mean":
-        gathered = [g / tf.cast(_set_size(process_set), g.dtype) for g in gathered]
-    return gathered
-
-
-@tf.RegisterGradient("TfringAlltoall")
-def _alltoall_grad(op, grad, _):
-    if not grad.dtype.is_floating:
-        return [None, None]
-    # The rows go back where they came from: the received splits are the way back.
-    back, _ = alltoall(grad, splits=op.outputs[1], process_set=op.get_attr("process_set"))
-    return [back, None]

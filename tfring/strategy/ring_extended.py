@@ -71,7 +71,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
         self.gradient_frame = None  # what the optimizer's door did in the apply being traced (door)
-        self.reducing_gradients = False  # Keras' own gradient all-reduce is being traced (door)
+        self.reducing_gradients = None  # Keras' own gradient all-reduce is traced: its variables (door)
 
     @property
     def bucket_bytes(self):
@@ -106,6 +106,9 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             kwargs.update(synchronization=tf.VariableSynchronization.ON_READ,
                           aggregation=tf.VariableAggregation.SUM)
         synchronization = kwargs.get("synchronization", tf.VariableSynchronization.AUTO)
+        if synchronization == tf.VariableSynchronization.NONE:
+            # "One copy, never synchronized": this rank's own (a communication hook's memories).
+            return super()._create_variable(next_creator, **kwargs)
         if synchronization == tf.VariableSynchronization.ON_READ:
             # Read through _reduce_to: a metric's result() outside the step is global.
             return self._distributed_variable(next_creator, kwargs)
@@ -193,7 +196,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             return tensors
         return collectives.allreduce(tensors, op="mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum")
 
-    def reduce_gradients(self, grads, reduce_op=tf.distribute.ReduceOp.SUM, as_rows=False, by_rows=False):
+    def reduce_gradients(self, grads, reduce_op=tf.distribute.ReduceOp.SUM, as_rows=False, by_rows=False,
+                         variables=None):
         """This rank's gradients summed over the ranks (see `gradients.reduction`); None stays None.
 
         Args:
@@ -201,6 +205,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             reduce_op: SUM or MEAN.
             as_rows: sparse gradients travel as rows (they are clipped next).
             by_rows: a MEAN that weighs each rank by its rows in the step (see `step_rows`).
+            variables: each gradient's variable (the hook's `bucket.variables`), or None.
 
         Returns:
             A list like `grads`.
@@ -209,7 +214,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         rows = None if frame is not None and frame.zeroed else self.step_rows
         op = "mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum"
         return reduction.reduce_gradients(self.gradient_settings, grads, op=op, rows=rows, as_rows=as_rows,
-                                          by_rows=by_rows)
+                                          by_rows=by_rows, variables=variables)
 
     def _local_value(self, value):
         if isinstance(value, tf.IndexedSlices):
@@ -242,13 +247,14 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         values = [v if isinstance(v, tf.IndexedSlices) else self._local_value(v) for v, _ in value_destination_pairs]
         if self._size == 1:
             return values
-        if not self.reducing_gradients:
+        if self.reducing_gradients is None:
             # Not gradients (synchronized batch norm's sums, a step's own all_reduce): exact,
             # never through the communication hook.
             return self._reduce_step_values(reduce_op, values)
         if self.gradient_frame is not None and self.gradient_frame.pass_through(values):
             return values  # gradients reduced at the optimizer's door already
-        return self.reduce_gradients(values, reduce_op)
+        variables = self.reducing_gradients if len(self.reducing_gradients) == len(values) else None
+        return self.reduce_gradients(values, reduce_op, variables=variables)
 
     def _reduce_step_values(self, reduce_op, values):
         """`_reduce_values`; in a step, a rank without rows adds nothing to a floating sum (its

@@ -7,7 +7,7 @@ each of them across processes:
   (Keras' own 1/size loss scaling does nothing: see `step_rows`), however the script writes it;
 - gradients are averaged as they enter the optimizer, each rank weighted by its share of the step's
   rows, so they are the mean over the global batch, in buckets, through a communication hook
-  (see `gradients.door` and `gradients.comm_hooks`); Keras' own gradient `all_reduce`
+  (see `gradients.door` and `tfring.compression`); Keras' own gradient `all_reduce`
   (`ReplicaContext.all_reduce` -> `batch_reduce_to`) then passes them through, or reduces them
   where the door leaves it to Keras (gradient accumulation, custom loops);
 - every variable created in `scope()` takes rank 0's initial value (a broadcast at creation);
@@ -23,15 +23,16 @@ each of them across processes:
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib
 
-from tfring import checks
 from tfring import config
 from tfring import runtime
+from tfring.compression import default_hooks
+from tfring.compression import registry
+from tfring.compression import runner
 from tfring.strategy import inter_op_threads
 from tfring.strategy import shared_seed
 from tfring.strategy import strategy_base
 from tfring.strategy.gradients import bucket_tuning
 from tfring.strategy.gradients import buckets
-from tfring.strategy.gradients import comm_hooks
 from tfring.strategy.gradients import reduction
 from tfring.strategy.keras_wraps import install
 from tfring.strategy.ring_extended import RingExtended
@@ -61,8 +62,10 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
 
     Args:
         fusion_threshold_bytes: most bytes per fused allreduce pass (see `tfring.init`).
-        compression: None, "fp16" or "bf16": gradients travel in that type and are cast back
-            (approximate; see `register_comm_hook` for other ways gradients may travel).
+        compression: None (exact), "fp16" or "bf16" (gradients travel in that type and are cast
+            back), or a compressor such as `tfring.compression.PowerSGD(rank=4)`: approximate,
+            not equal to one process (see `tfring.compression`; `register_comm_hook` sets a hook
+            of your own). Only gradients are compressed: every other reduction stays exact.
         timeout: seconds a collective may stall before it fails with `UnavailableError`.
         device: where this rank's replica runs. None (default): GPU `local_rank % visible GPUs`
             where TensorFlow sees a GPU (give each process its own GPU, e.g. with
@@ -89,7 +92,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
 
     def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None,
                  sparse_as_dense=False, bucket_bytes=None):
-        checks.choice("RingStrategy", "compression", compression, tuple(comm_hooks.COMPRESSION))
+        hook_state, hook = registry.for_compression(compression, "RingStrategy")
         try:
             settings = config.Config.resolve(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout,
                                              bucket_bytes=bucket_bytes)
@@ -106,10 +109,8 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
             device = replica_device(len(tf.config.list_logical_devices("GPU")), runtime.local_rank())
         bucket_bytes = buckets.agreed(settings.bucket_bytes, device, self.size)
         tune = bucket_bytes == "auto" and self.size > 1
-        if bucket_bytes == "auto":  # tuned from the default; one rank has nothing to tune
-            bucket_bytes = config.Config.bucket_bytes
-        state, hook = comm_hooks.for_compression(compression)
-        gradients = reduction.GradientSettings(self.size, bucket_bytes, bool(sparse_as_dense), hook, state)
+        bucket_bytes = buckets.untuned(bucket_bytes)  # tuned from the default; one rank has nothing to tune
+        gradients = reduction.GradientSettings(self.size, bucket_bytes, bool(sparse_as_dense), hook, hook_state)
         extended = RingExtended(self, device, self.rank, self.size, gradients)
         distribute_lib.Strategy.__init__(self, extended)
         self.bucket_tuner = bucket_tuning.BucketTuner(extended, self.rank) if tune else None
@@ -125,13 +126,14 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
 
         `hook(state, bucket)` receives each bucket of this rank's gradients and returns a `Future`
         of the reduced gradients; every rank must end with identical bits. The module
-        `tfring.strategy.gradients.comm_hooks` states the whole contract and holds the built-in
-        hooks (`allreduce_hook`, the exact default; `cast_hook`, what `compression` uses). Register
+        `tfring.compression` states the whole contract and holds the built-in hooks
+        (`allreduce_hook`, the exact default; `cast_hook`, what `compression="fp16"` uses; `PowerSGD`). Register
         before the first `fit` (the train step reads the hook when it is traced), with the same
         hook and state on every rank.
 
         Args:
-            state: anything the hook needs or keeps (e.g. a wire dtype, residuals per bucket).
+            state: anything the hook needs or keeps (e.g. a wire dtype; a `CommHookState` for
+                rank-local memories such as error-feedback residuals).
             hook: a function `(state, GradientBucket) -> Future`.
 
         Raises:
@@ -141,15 +143,14 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
 
         Example:
 
-        >>> from tfring.strategy.gradients import comm_hooks
-        >>> strategy.register_comm_hook(tf.bfloat16, comm_hooks.cast_hook)
+        >>> strategy.register_comm_hook(tf.bfloat16, tfring.compression.cast_hook)
         """
         if not callable(hook):
             raise TypeError(f"RingStrategy.register_comm_hook: hook must be a function (state, bucket) -> Future, "
                             f"got {type(hook).__name__}")
         settings = self.extended.gradient_settings
-        if settings.hook is not comm_hooks.allreduce_hook:
-            raise RuntimeError(f"RingStrategy.register_comm_hook: a communication hook ({comm_hooks.hook_name(settings.hook)}) "
+        if settings.hook is not default_hooks.allreduce_hook:
+            raise RuntimeError(f"RingStrategy.register_comm_hook: a communication hook ({runner.hook_name(settings.hook)}) "
                                f"is registered already (register one hook, once; `compression` registers one too)")
         if settings.traced:
             raise RuntimeError("RingStrategy.register_comm_hook: a train step has reduced gradients already, and "

@@ -4,9 +4,7 @@
   `LossScaleOptimizer.apply`), so clipping and the loss scale's finiteness check see the job's
   gradients, and Keras' own all-reduce later passes them through;
 - `reduction`: a list of gradients summed over the ranks: dense ones in `buckets`, each through the
-  communication hook (`comm_hooks`), sparse ones as rows (`sparse`);
-- `comm_hooks`: the hook interface (PyTorch DDP's `register_comm_hook`), the exact allreduce and
-  the fp16/bf16 casts;
+  communication hook (`tfring.compression`), sparse ones as rows (`sparse`);
 - `buckets` and `bucket_tuning`: which gradients travel together, and `bucket_bytes="auto"`;
 - `accumulation`: Keras' gradient accumulation, reduced once per applied step.
 """

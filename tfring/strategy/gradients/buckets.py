@@ -11,6 +11,7 @@ buckets' collectives line up across ranks.
 
 import tensorflow as tf
 
+from tfring import config
 from tfring.ops import collectives
 
 
@@ -52,6 +53,37 @@ def plan(tensors, bucket_bytes):
     return buckets
 
 
+def untuned(bucket_bytes):
+    """The bytes per bucket a setting stands for before any tuning: `"auto"` starts from the default.
+
+    Args:
+        bucket_bytes: a setting (`RingStrategy(bucket_bytes=...)`, `TFRING_BUCKET_BYTES`).
+
+    Returns:
+        An int.
+
+    Example:
+
+    >>> untuned("auto") == config.Config.bucket_bytes
+    True
+    """
+    return config.Config.bucket_bytes if bucket_bytes == "auto" else bucket_bytes
+
+
+def on_device(bucket_bytes, on_cpu):
+    """This rank's setting where its gradients live: 0 (one collective after the backward pass)
+    off the CPU, since the start/done ops of a bucket have CPU kernels only.
+
+    Args:
+        bucket_bytes: a setting.
+        on_cpu: whether the gradients are on a CPU.
+
+    Returns:
+        `bucket_bytes` or 0.
+    """
+    return bucket_bytes if on_cpu else 0
+
+
 def agreed(bucket_bytes, device, size):
     """The job's `bucket_bytes`: 0 unless every rank's replica is on a CPU.
 
@@ -75,6 +107,6 @@ def agreed(bucket_bytes, device, size):
     """
     on_cpu = tf.DeviceSpec.from_string(device).device_type in (None, "CPU")
     if not bucket_bytes or size == 1:
-        return bucket_bytes if on_cpu else 0
+        return on_device(bucket_bytes, on_cpu)
     everywhere = collectives.allreduce(tf.constant(1 if on_cpu else 0, tf.int32), op="min")
-    return bucket_bytes if int(everywhere) == 1 else 0
+    return on_device(bucket_bytes, int(everywhere) == 1)

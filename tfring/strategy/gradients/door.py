@@ -109,29 +109,38 @@ def _step_extended():
     return tf.distribute.get_strategy().extended if step_rows.current() is not None else None
 
 
+def _variables(optimizer, grads, trainable_variables):
+    """The variables `grads` belong to, or None when they do not pair one to one."""
+    variables = trainable_variables if trainable_variables is not None else \
+        getattr(optimizer, "_trainable_variables", None)
+    variables = list(variables) if variables is not None else []
+    return variables if len(variables) == len(grads) else None
+
+
 def _travelling(optimizer, grads, trainable_variables):
     """The positions of the gradients that travel: not None, and not of a variable Keras overwrites
     with its gradient (float8 scales: each rank's own, never reduced). None when the gradients do
     not pair with the variables one to one (Keras' own path then reduces them)."""
-    variables = trainable_variables if trainable_variables is not None else \
-        getattr(optimizer, "_trainable_variables", None)
-    variables = list(variables) if variables is not None else []
-    if len(variables) != len(grads):
+    variables = _variables(optimizer, grads, trainable_variables)
+    if variables is None:
         return None
     return [k for k, (g, v) in enumerate(zip(grads, variables))
             if g is not None and not getattr(v, "overwrite_with_gradient", False)]
 
 
-def _reduce(extended, grads, positions, as_rows, scale=None, weighted=False):
+def _reduce(extended, grads, positions, as_rows, variables, scale=None, weighted=False):
     """`grads` with those at `positions` averaged over the ranks, each rank weighed by its rows
     (`step_rows`: each rank's gradients are of its own rows' loss), or summed when `weighted` (they
     were weighed already: `accumulation`). With `scale` (a loss scale), what travels is unscaled:
-    the scale (a power of two) comes off before and back after, exactly."""
+    the scale (a power of two) comes off before and back after, exactly. `variables` pair with
+    `grads` (None: unknown), for the hook's per-variable state."""
     sent = [grads[k] if scale is None else _times(grads[k], 1 / scale) for k in positions]
+    owners = [variables[k] for k in positions] if variables is not None else None
     if weighted:
-        reduced = extended.reduce_gradients(sent, tf.distribute.ReduceOp.SUM, as_rows=as_rows)
+        reduced = extended.reduce_gradients(sent, tf.distribute.ReduceOp.SUM, as_rows=as_rows, variables=owners)
     else:
-        reduced = extended.reduce_gradients(sent, tf.distribute.ReduceOp.MEAN, as_rows=as_rows, by_rows=True)
+        reduced = extended.reduce_gradients(sent, tf.distribute.ReduceOp.MEAN, as_rows=as_rows, by_rows=True,
+                                            variables=owners)
     grads = list(grads)
     for k, g in zip(positions, reduced):
         grads[k] = g if scale is None else _times(g, scale)
@@ -159,7 +168,7 @@ def _door(original):
             grads = accumulation.weighted_by_rows(grads, positions)
             frame = Frame(zeroed=True, reduce_at_clipping=clips(self))
         else:
-            grads = _reduce(extended, grads, positions, as_rows=clips(self))
+            grads = _reduce(extended, grads, positions, clips(self), _variables(self, grads, trainable_variables))
             frame = Frame(passes=len(positions))
         with strategy_base.while_traced(extended, "gradient_frame", frame):
             return original(self, grads, trainable_variables)
@@ -176,7 +185,8 @@ def _loss_scale_door(original):
         if not positions or (outer is not None and outer.all_reduced) or _accumulates(self):
             return original(self, grads, trainable_variables)
         scale = None if extended.gradient_settings.exact else self.dynamic_scale
-        grads = _reduce(extended, grads, positions, as_rows=clips(self), scale=scale)
+        grads = _reduce(extended, grads, positions, clips(self),
+                        _variables(self.inner_optimizer, grads, trainable_variables), scale=scale)
         with strategy_base.while_traced(extended, "gradient_frame", Frame(all_reduced=True)):
             return original(self, grads, trainable_variables)
 
@@ -192,7 +202,7 @@ def _reduce_then_clip(original):
         positions = [k for k, g in enumerate(grads) if g is not None]
         frame.reduce_at_clipping = False
         frame.passes = len(positions)
-        return original(self, _reduce(extended, grads, positions, as_rows=True, weighted=True))
+        return original(self, _reduce(extended, grads, positions, True, _variables(self, grads, None), weighted=True))
 
     return clip
 
@@ -202,7 +212,9 @@ def _marks_gradients(original):
         extended = tf.distribute.get_strategy().extended
         if not hasattr(extended, "reducing_gradients"):
             return original(self, grads_and_vars)
-        with strategy_base.while_traced(extended, "reducing_gradients", True):
+        grads_and_vars = list(grads_and_vars)
+        variables = [v for g, v in grads_and_vars if g is not None]  # Keras reduces the gradients that exist
+        with strategy_base.while_traced(extended, "reducing_gradients", variables):
             return original(self, grads_and_vars)
 
     return all_reduce_sum_gradients

@@ -10,8 +10,9 @@ import dataclasses
 
 import tensorflow as tf
 
+from tfring.compression import default_hooks
+from tfring.compression import runner
 from tfring.strategy.gradients import buckets as buckets_lib
-from tfring.strategy.gradients import comm_hooks
 from tfring.strategy.gradients import sparse
 
 
@@ -24,7 +25,7 @@ class GradientSettings:
         bucket_bytes: about how many bytes travel together (0: one bucket; read at each trace:
             `bucket_tuning` changes it).
         sparse_as_dense: densify sparse gradients (see `sparse`).
-        hook: the communication hook of dense buckets (see `comm_hooks`).
+        hook: the communication hook of dense buckets (see `tfring.compression`).
         hook_state: its state.
         process_set: the tfring process set the gradients are reduced over (0: every rank;
             `tfring.ops.add_process_set`); `size` is its size.
@@ -37,7 +38,7 @@ class GradientSettings:
     size: int
     bucket_bytes: int = 0
     sparse_as_dense: bool = False
-    hook: object = comm_hooks.allreduce_hook
+    hook: object = default_hooks.allreduce_hook
     hook_state: object = None
     process_set: int = 0
     traced: bool = False  # a step has reduced gradients with these settings (the hook is in its graph)
@@ -45,10 +46,10 @@ class GradientSettings:
     @property
     def exact(self):
         """Whether gradients travel as they are (the default hook)."""
-        return self.hook is comm_hooks.allreduce_hook
+        return self.hook is default_hooks.allreduce_hook
 
 
-def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_rows=False):
+def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_rows=False, variables=None):
     """Sums (or averages) this rank's gradients over the ranks.
 
     Args:
@@ -61,6 +62,8 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_row
         as_rows: sparse gradients travel as rows, never densified (they are clipped next).
         by_rows: with `op="mean"` and `rows`, the mean weighs each rank by its rows (each rank's
             gradients are of the mean loss over its own rows: `step_rows`).
+        variables: the variable of each gradient (a list like `grads`), handed to the hook as
+            `bucket.variables`; None where unknown.
 
     Returns:
         A list like `grads`, reduced; identical on every rank.
@@ -76,7 +79,8 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_row
     dense = [k for k, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     slices = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
     if dense:
-        for k, r in zip(dense, _reduce_dense(settings, [grads[k] for k in dense], op, rows, by_rows)):
+        owners = [variables[k] for k in dense] if variables is not None else [None] * len(dense)
+        for k, r in zip(dense, _reduce_dense(settings, [grads[k] for k in dense], op, rows, by_rows, owners)):
             reduced[k] = r
     if slices:
         given = [grads[k] for k in slices]
@@ -90,7 +94,7 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_row
     return reduced
 
 
-def _reduce_dense(settings, values, op, rows, by_rows):
+def _reduce_dense(settings, values, op, rows, by_rows, variables):
     values = [tf.convert_to_tensor(v) for v in values]
     order = buckets_lib.plan(values, 0 if tf.executing_eagerly() else settings.bucket_bytes)
     buckets = [[values[i] for i in idx] for idx in order]
@@ -98,8 +102,9 @@ def _reduce_dense(settings, values, op, rows, by_rows):
         # One decision per bucket, so that each bucket waits only for its own gradients.
         buckets = [rows.for_mean(b) if by_rows else rows.zero_if_empty(b) for b in buckets]
     reduced = [None] * len(values)
-    travelled = comm_hooks.run(settings.hook, settings.hook_state, buckets, op, overlap=len(buckets) > 1,
-                               process_set=settings.process_set)
+    travelled = runner.run(settings.hook, settings.hook_state, buckets, op, overlap=len(buckets) > 1,
+                           process_set=settings.process_set, size=settings.size,
+                           variables=[[variables[i] for i in idx] for idx in order])
     for idx, rs in zip(order, travelled):
         for i, r in zip(idx, rs):
             reduced[i] = r

@@ -26,11 +26,7 @@ from tfring.strategy import step_rows
 
 
 def _gathered(slices, process_set):
-    def gather():
-        return (collectives.allgather(slices.values, process_set=process_set),
-                collectives.allgather(tf.cast(slices.indices, tf.int64), process_set=process_set))
-
-    return gather
+    return lambda: collectives.allgather_slices(slices, process_set)
 
 
 def _densified(slices, dense_rows, process_set):

@@ -11,6 +11,7 @@ See `tfring.horovod` for what differs from Horovod. Example:
 import keras
 import tensorflow as tf
 
+from tfring.horovod import broadcasts as _broadcasts
 from tfring.horovod import collectives as _collectives
 from tfring.horovod import elastic
 from tfring.horovod import optimizer as _optimizer
@@ -37,7 +38,7 @@ from tfring.horovod.basics import shutdown
 from tfring.horovod.basics import size
 from tfring.horovod.basics import start_timeline
 from tfring.horovod.basics import stop_timeline
-from tfring.horovod.collectives import broadcast_global_variables
+from tfring.horovod.broadcasts import broadcast_global_variables
 from tfring.horovod.compression import Compression
 from tfring.horovod.optimizer import DistributedOptimizer
 from tfring.horovod.process_sets import ProcessSet
@@ -89,7 +90,7 @@ def broadcast(value, root_rank, name=None):
     Returns:
         A tensor.
     """
-    return _collectives.broadcast(tf.convert_to_tensor(value), root_rank)
+    return _broadcasts.broadcast(tf.convert_to_tensor(value), root_rank)
 
 
 def reducescatter(value, name=None, op=Average):

@@ -16,8 +16,6 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
-namespace {
-
 ReduceOp parseReduceOp(const std::string& s) {
   if (s == "mean") return ReduceOp::kMean;
   if (s == "min") return ReduceOp::kMin;
@@ -25,7 +23,6 @@ ReduceOp parseReduceOp(const std::string& s) {
   if (s == "product") return ReduceOp::kProduct;
   return ReduceOp::kSum;
 }
-}  // namespace
 
 absl::Status toTf(const Status& s) {
   switch (s.code) {
@@ -143,69 +140,6 @@ class AllreduceOp : public ListCollectiveOp {
 class BroadcastOp : public ListCollectiveOp {
  public:
   explicit BroadcastOp(OpKernelConstruction* c) : ListCollectiveOp(c, OpKind::kBroadcast) {}
-};
-
-// The first half of a bucket's allreduce (engine/tickets.h): hands it to the engine and returns a
-// ticket. Inputs and outputs are held until the collective has finished.
-class AllreduceStartOp : public tensorflow::OpKernel {
- public:
-  explicit AllreduceStartOp(OpKernelConstruction* c) : OpKernel(c) {
-    std::string op;
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
-    OP_REQUIRES_OK(c, c->GetAttr("process_set", &set_));
-    op_ = parseReduceOp(op);
-  }
-
-  // Cheap (it only enqueues), so TF's executor runs it inline the moment its gradients exist,
-  // rather than queueing it behind the rest of the backward pass (its queues run newest first).
-  bool IsExpensive() override { return false; }
-
-  void Compute(OpKernelContext* ctx) override {
-    auto rt = runtimeOrFail(ctx);
-    if (!rt) return;
-    auto engine = engineOrFail(ctx, *rt, set_);
-    if (!engine) return;
-    Request req;
-    req.kind = OpKind::kAllreduce;
-    req.name = name();
-    req.op = op_;
-    const int n = ctx->num_inputs();
-    OP_REQUIRES_OK(ctx, describeList(ctx, n, &req));
-    auto held = std::make_shared<std::vector<Tensor>>();
-    for (int i = 0; i < n; ++i) {
-      held->push_back(ctx->input(i));
-      held->push_back(*ctx->mutable_output(i));
-    }
-    Tensor* ticket = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(n, TensorShape({}), &ticket));
-    ticket->scalar<int64_t>()() = static_cast<int64_t>(
-        rt->tickets().start(std::move(req), held, [&engine](Request r) { engine->enqueue(std::move(r)); }));
-  }
-
- private:
-  ReduceOp op_ = ReduceOp::kSum;
-  int set_ = 0;
-};
-
-// The second half: completes when the ticket's collective has, passing its buffers on.
-class AllreduceDoneOp : public AsyncOpKernel {
- public:
-  explicit AllreduceDoneOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
-
-  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    auto rt = runtimeOrFail(ctx);
-    if (!rt) return done();
-    const int n = ctx->num_inputs() - 1;
-    const auto ticket = static_cast<uint64_t>(ctx->input(n).scalar<int64_t>()());
-    rt->tickets().redeem(ticket, [ctx, done, n](const Status& s) {
-      if (s.ok()) {
-        for (int i = 0; i < n; ++i) ctx->set_output(i, ctx->input(i));
-      } else {
-        ctx->SetStatus(toTf(s));
-      }
-      done();
-    });
-  }
 };
 
 class AllgatherOp : public AsyncOpKernel {
@@ -389,8 +323,6 @@ class JoinOp : public AsyncOpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(tensorflow::DEVICE_CPU), AllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(tensorflow::DEVICE_CPU), BroadcastOp);
-REGISTER_KERNEL_BUILDER(Name("TfringAllreduceStart").Device(tensorflow::DEVICE_CPU), AllreduceStartOp);
-REGISTER_KERNEL_BUILDER(Name("TfringAllreduceDone").Device(tensorflow::DEVICE_CPU), AllreduceDoneOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(tensorflow::DEVICE_CPU), AllgatherOp);
 REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(tensorflow::DEVICE_CPU), ReducescatterOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAlltoall").Device(tensorflow::DEVICE_CPU), AlltoallOp);

@@ -15,6 +15,8 @@
 namespace tfring {
 
 absl::Status toTf(const Status& s);
+// The core's op for an op's `reduce_op` attr ("sum", "mean", "min", "max", "product").
+ReduceOp parseReduceOp(const std::string& s);
 // The core's type for a TF dtype; false for types the op attrs already exclude.
 bool coreType(tensorflow::DataType t, DataType* out);
 std::vector<int64_t> dims(const tensorflow::TensorShape& s);

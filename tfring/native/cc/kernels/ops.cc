@@ -80,6 +80,79 @@ REGISTER_OP("TfringAllreduceDone")
 Completes when the allreduce started by TfringAllreduceStart has; `reduced` are its buffers.
 )doc");
 
+// The ticket follows the outputs.
+absl::Status outputsThenTicket(InferenceContext* c, bool firstDimUnknownToo) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    if (firstDimUnknownToo) {
+      TF_RETURN_IF_ERROR(firstDimUnknown(c, i, i));
+    } else {
+      c->set_output(i, c->input(i));
+    }
+  }
+  c->set_output(c->num_inputs(), c->Scalar());
+  return absl::OkStatus();
+}
+
+REGISTER_OP("TfringAllgatherStart")
+    .SetIsDistributedCommunication()
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .Output("ticket: int64")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
+    .Attr("process_set: int >= 0 = 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return outputsThenTicket(c, true); })
+    .Doc(R"doc(
+Starts an allgather in which every rank sends as many rows, and returns at once; the result
+(size x the rows, in rank order) may be read only through TfringCollectiveDone(gathered, ticket).
+)doc");
+
+REGISTER_OP("TfringAlltoallStart")
+    .SetIsDistributedCommunication()
+    .Input("tensor: T")
+    .Output("received: T")
+    .Output("ticket: int64")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
+    .Attr("process_set: int >= 0 = 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return outputsThenTicket(c, false); })
+    .Doc(R"doc(
+Starts an all-to-all of equal blocks (block d of the rows to rank d) and returns at once; the
+blocks received, in rank order, may be read only through TfringCollectiveDone(received, ticket).
+)doc");
+
+REGISTER_OP("TfringReducescatterStart")
+    .SetIsDistributedCommunication()
+    .Input("tensors: N * T")
+    .Output("scattered: N * T")
+    .Output("ticket: int64")
+    .Attr("T: {half, bfloat16, float, double, int32, int64}")
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
+    .Attr("process_set: int >= 0 = 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return outputsThenTicket(c, true); })
+    .Doc(R"doc(
+Starts the reduce-scatter of a list, as TfringReducescatter does, and returns at once; each
+rank's rows may be read only through TfringCollectiveDone(scattered, ticket).
+)doc");
+
+REGISTER_OP("TfringCollectiveDone")
+    .SetIsDistributedCommunication()
+    .Input("buffers: N * T")
+    .Input("ticket: int64")
+    .Output("result: N * T")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
+    .Attr("N: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i + 1 < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Completes when the collective a Tfring*Start op started has; `result` are its buffers.
+)doc");
+
 REGISTER_OP("TfringBroadcast")
     .SetIsDistributedCommunication()
     .Input("tensors: N * T")

@@ -1,10 +1,12 @@
-"""Communication hooks in one process (a job of one rank: every allreduce is an identity)."""
+"""The hook runner and the built-in hooks in one process (a job of one rank: every allreduce is an identity)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfring.strategy.gradients import comm_hooks
+from tfring.compression import default_hooks
+from tfring.compression import registry
+from tfring.compression import runner
 
 
 def _buckets():
@@ -15,7 +17,7 @@ def _buckets():
 def test_the_exact_hook_returns_each_bucket_as_it_is(overlap):
     @tf.function
     def run():
-        return comm_hooks.run(comm_hooks.allreduce_hook, None, _buckets(), "sum", overlap)
+        return runner.run(default_hooks.allreduce_hook, None, _buckets(), "sum", overlap)
 
     for got, sent in zip(run(), _buckets()):
         for g, s in zip(got, sent):
@@ -27,11 +29,11 @@ def test_the_cast_hook_sends_floats_narrow_and_gives_them_back_in_their_type():
     seen = []
 
     def spy(state, bucket):
-        future = comm_hooks.cast_hook(state, bucket)
+        future = default_hooks.cast_hook(state, bucket)
         seen.append(bucket.gradients)
         return future
 
-    out = comm_hooks.run(spy, tf.float16, [[tf.constant([1.0 + 2 ** -20]), tf.constant([7], tf.int32)]], "sum", False)
+    out = runner.run(spy, tf.float16, [[tf.constant([1.0 + 2 ** -20]), tf.constant([7], tf.int32)]], "sum", False)
     assert [o.dtype for o in out[0]] == [tf.float32, tf.int32]
     assert float(out[0][0][0]) == 1.0  # rounded to float16 on the way
     assert int(out[0][1][0]) == 7
@@ -45,7 +47,7 @@ def test_hooks_see_every_bucket_in_order_before_any_wait():
         future = bucket.allreduce(bucket.gradients)
         return future.then(lambda reduced: events.append(("wait", bucket.index)) or reduced)
 
-    comm_hooks.run(recording, None, _buckets(), "sum", False)
+    runner.run(recording, None, _buckets(), "sum", False)
     assert events == [("hook", 0, False), ("hook", 1, True), ("wait", 0), ("wait", 1)]
 
 
@@ -54,7 +56,7 @@ def test_a_hook_that_returns_no_future_is_named():
         return bucket.gradients
 
     with pytest.raises(TypeError, match="plain returned list, not a Future"):
-        comm_hooks.run(plain, None, _buckets(), "sum", False)
+        runner.run(plain, None, _buckets(), "sum", False)
 
 
 def test_a_hook_that_returns_other_tensors_is_named():
@@ -62,9 +64,12 @@ def test_a_hook_that_returns_other_tensors_is_named():
         return bucket.allreduce(bucket.gradients[:1])
 
     with pytest.raises(TypeError, match=r"dropping returned tensors .* for bucket 0"):
-        comm_hooks.run(dropping, None, _buckets(), "sum", False)
+        runner.run(dropping, None, _buckets(), "sum", False)
 
 
 def test_compression_names_its_hook():
-    assert comm_hooks.for_compression(None) == (None, comm_hooks.allreduce_hook)
-    assert comm_hooks.for_compression("bf16") == (tf.bfloat16, comm_hooks.cast_hook)
+    assert registry.for_compression(None) == (None, default_hooks.allreduce_hook)
+    assert registry.for_compression("bf16") == (tf.bfloat16, default_hooks.cast_hook)
+
+    with pytest.raises(ValueError, match="compression must be None, 'fp16', 'bf16' or a compressor"):
+        registry.for_compression("int8")
