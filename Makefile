@@ -209,7 +209,7 @@ test-install: env
 # Benchmarks are not tests: they print measured tables (see docs/benchmarks.md).
 bench-deps: env
 	apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev
-	$(PY) -m pip install -q mpi4py matplotlib
+	$(PY) -m pip install -q mpi4py matplotlib mnist1d  # mnist1d: benchmarks/compression_accuracy.py's offline data
 
 bench: env
 	$(PY) benchmarks/allreduce.py

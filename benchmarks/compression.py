@@ -19,13 +19,14 @@ compressor's exact warm-up steps, then times `--steps` steps and prints, from ra
 - step ms: the median time of a whole training step (`model.fit`'s batches).
 
 Printed per (rate, layout): each compressor's figures and its ratios to exact (bytes fewer, step
-faster). Everything the run built is torn down at the end, also on an error or Ctrl-C.
+faster). Everything the run built is torn down at the end, also on an error, Ctrl-C or SIGTERM.
 """
 
 import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 
@@ -120,8 +121,8 @@ def run_job(hosts, per_host, name, steps, timeout):
             + [sys.executable, HERE, "--worker", name, "--steps", str(steps)])
     out, err = run_launcher(argv, timeout)
     _kill_leftovers(hosts)
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    return (json.loads(lines[-1][len("RESULT "):]), shlex.join(argv)) if lines else (None, err[-2500:])
+    lines = [line.split("RESULT ", 1)[1] for line in out.splitlines() if "RESULT " in line]  # "[0] RESULT {...}"
+    return (json.loads(lines[-1]), shlex.join(argv)) if lines else (None, (out + err)[-2500:])
 
 
 def print_table(rate, layout, results):
@@ -144,6 +145,7 @@ def main_bench(args):
     from tfring_dev.emulated_hosts import available
 
     sys.stdout.reconfigure(line_buffering=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill tears the hosts down too
     ok, reason = available()
     if not ok:
         print(f"compression benchmark: cannot build emulated hosts: {reason}", file=sys.stderr)

@@ -20,7 +20,7 @@ SELECTED = [
     "test_horovod_allreduce_cpu_prescale", "test_horovod_allreduce_error", "test_horovod_allreduce_indexed_slices_cpu",
     "test_horovod_allgather_grad_cpu", "test_horovod_broadcast_grad_cpu", "test_horovod_alltoall_one_rank_sends_nothing_cpu",
     "test_horovod_alltoall_grad_cpu", "test_horovod_reducescatter_cpu_uneven_fused", "test_broadcast_object",
-    "test_elastic_state",
+    "test_elastic_state", "test_horovod_rank", "test_horovod_size",  # these two read horovodrun's HOROVOD_RANK/SIZE
 ]
 PROCESS_SETS = [
     "test_horovod_allreduce_grad_cpu_process_sets", "test_horovod_allreduce_process_set_id_error",

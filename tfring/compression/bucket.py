@@ -146,6 +146,44 @@ class GradientBucket:
         """
         return Future.done(ordering.ordered(make))
 
+    def compressed_after_warmup(self, positions, iteration, warmup_steps, compress):
+        """The usual shape of a compressor: the gradients at `positions` travel exactly for the first
+        `warmup_steps` steps and through `compress()` after; the others exactly, in one allreduce
+        that starts first. Warm-up and compression are one `tf.cond` (`ordered`): every rank takes
+        the same branch, since every rank counts the same steps.
+
+        Args:
+            positions: the places in `gradients` to compress.
+            iteration: the step counter (`CommHookState.iteration`).
+            warmup_steps: exact steps before compression starts.
+            compress: a function of no arguments returning the reduced gradients at `positions`,
+                shaped and typed like them.
+
+        Returns:
+            A `Future` of every gradient of the bucket, reduced.
+        """
+        grads = self.gradients
+        others = [k for k in range(len(grads)) if k not in positions]
+        exact = self.allreduce([grads[k] for k in others]) if others else Future.done([])
+        if not positions:
+            return exact
+        sent = [grads[k] for k in positions]
+
+        def warm_up():
+            return collectives.allreduce(sent, op=self.op, process_set=self.process_set)
+
+        approximated = self.ordered(lambda: tf.cond(iteration < warmup_steps, warm_up, compress))
+
+        def together():
+            out = [None] * len(grads)
+            for k, r in zip(others, exact.wait()):
+                out[k] = r
+            for k, r in zip(positions, approximated.wait()):
+                out[k] = r
+            return out
+
+        return Future(together)
+
     def flat(self, tensors=None):
         """The bucket's gradients (or `tensors` shaped like them) as one vector.
 

@@ -16,7 +16,6 @@ The first `warmup_steps` steps travel exactly. Integer gradients travel exactly 
 import tensorflow as tf
 
 from tfring import checks
-from tfring.compression import bucket as bucket_lib
 from tfring.compression import hook_state
 from tfring.ops import collectives
 
@@ -62,10 +61,8 @@ class OneBit:
         """
         grads = bucket.gradients
         floating = [k for k, g in enumerate(grads) if g.dtype.is_floating]
-        others = [k for k in range(len(grads)) if k not in floating]
-        exact = bucket.allreduce([grads[k] for k in others]) if others else bucket_lib.Future.done([])
         if not floating:
-            return exact
+            return bucket.allreduce(grads)
         sent = [grads[k] for k in floating]
         errors = [state.memory("worker_error", bucket.variables[k], grads[k], _zeros, dtype=tf.float32,
                                position=(bucket.index, k)) for k in floating]
@@ -73,24 +70,8 @@ class OneBit:
         owners = [bucket.variables[k] for k in floating]
         server = state.memory("server_error", owners if all(o is not None for o in owners) else None, sent[0], _zeros,
                               shape=[layout.chunk], dtype=tf.float32, position=(bucket.index, "server"))
-
-        def warm_up():
-            return collectives.allreduce(sent, op=bucket.op, process_set=bucket.process_set)
-
-        def compress():
-            return self._compressed(bucket, sent, errors, server, layout)
-
-        approximated = bucket.ordered(lambda: tf.cond(state.iteration < self.warmup_steps, warm_up, compress))
-
-        def together(parts):
-            out = [None] * len(grads)
-            for k, r in zip(others, parts[0]):
-                out[k] = r
-            for k, r in zip(floating, parts[1]):
-                out[k] = r
-            return out
-
-        return bucket_lib.Future(lambda: together((exact.wait(), approximated.wait())))
+        return bucket.compressed_after_warmup(floating, state.iteration, self.warmup_steps,
+                                              lambda: self._compressed(bucket, sent, errors, server, layout))
 
     def _compressed(self, bucket, grads, errors, server_error, layout):
         x = layout.padded(tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) + tf.reshape(e, [-1])

@@ -21,7 +21,6 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import checks
-from tfring.compression import bucket as bucket_lib
 from tfring.compression import hook_state
 from tfring.ops import collectives
 
@@ -108,31 +107,11 @@ class PowerSGD:
         """
         grads = bucket.gradients
         plans = [self.matrix(g.shape, g.dtype) for g in grads]
-        exact = [k for k, p in enumerate(plans) if p is None]
         compressed = [k for k, p in enumerate(plans) if p is not None]
-        small = bucket.allreduce([grads[k] for k in exact]) if exact else bucket_lib.Future.done([])
-        if not compressed:
-            return small
         memories = [self._memories(state, bucket, k, plans[k]) for k in compressed]
         sent = [grads[k] for k in compressed]
-
-        def warm_up():
-            return collectives.allreduce(sent, op=bucket.op, process_set=bucket.process_set)
-
-        def compress():
-            return self._compressed(bucket, sent, [plans[k] for k in compressed], memories, state.iteration)
-
-        approximated = bucket.ordered(lambda: tf.cond(state.iteration < self.start_iter, warm_up, compress))
-
-        def together(parts):
-            out = [None] * len(grads)
-            for k, r in zip(exact, parts[0]):
-                out[k] = r
-            for k, r in zip(compressed, parts[1]):
-                out[k] = r
-            return out
-
-        return bucket_lib.Future(lambda: together((small.wait(), approximated.wait())))
+        return bucket.compressed_after_warmup(compressed, state.iteration, self.start_iter, lambda: self._compressed(
+            bucket, sent, [plans[k] for k in compressed], memories, state.iteration))
 
     def _memories(self, state, bucket, k, plan):
         """The error residual and the warm-start Q of gradient k (created at the first trace)."""

@@ -100,25 +100,31 @@ def allreduce_start(tensors, op="sum", name=None, process_set=0):
     if tf.executing_eagerly() or not bucket:
         reduced = collectives.allreduce(bucket, op=op, name=name, process_set=process_set) if bucket else []
         return Pending(lambda: reduced)
+    return _one_start_per_dtype(bucket, lambda lib, group: lib.tfring_allreduce_start(
+        group, reduce_op=op, name=name, process_set=process_set))
+
+
+def _one_start_per_dtype(items, start):
+    """`start(lib, group)` (a start op: buffers, ticket) for each dtype group of `items`, each the
+    next link of the chain; a `Pending` of the results in the order of `items`."""
     lib = collectives._ops()
-    started = []  # (positions in the bucket, buffers, ticket)
-    for idx in collectives._dtype_groups(bucket):
-        # The ticket first: `ordered` makes the op of the first output the chain's last link.
-        ticket, buffers = ordering.ordered(lambda idx=idx: _ticket_first(
-            lib.tfring_allreduce_start([bucket[i] for i in idx], reduce_op=op, name=name, process_set=process_set)))
+    started = []  # (positions in items, buffers, ticket)
+    for idx in collectives._dtype_groups(items):
+        ticket, buffers = ordering.ordered(lambda idx=idx: _ticket_first(start(lib, [items[i] for i in idx])))
         started.append((idx, buffers, ticket))
 
     def done():
-        reduced = [None] * len(bucket)
+        out = [None] * len(items)
         for idx, buffers, ticket in started:
-            for i, r in zip(idx, lib.tfring_allreduce_done(buffers, ticket)):
-                reduced[i] = r
-        return reduced
+            for i, r in zip(idx, lib.tfring_collective_done(buffers, ticket)):
+                out[i] = r
+        return out
 
     return Pending(done)
 
 
 def _ticket_first(started):
+    # The ticket first: `ordered` makes the op of the first output the chain's last link.
     buffers, ticket = started
     return [ticket, buffers]
 
@@ -209,18 +215,5 @@ def reducescatter_start(tensors, op="sum", process_set=0):
         return Pending(lambda out=collectives.reducescatter(items, op=op, process_set=process_set) if items else []:
                        list(out))
     collectives._check_dtypes("reducescatter_start", items, collectives._REDUCE_DTYPES)
-    lib = collectives._ops()
-    started = []
-    for idx in collectives._dtype_groups(items):
-        ticket, buffers = ordering.ordered(lambda idx=idx: _ticket_first(lib.tfring_reducescatter_start(
-            [items[i] for i in idx], reduce_op=op, process_set=process_set)))
-        started.append((idx, buffers, ticket))
-
-    def done():
-        out = [None] * len(items)
-        for idx, buffers, ticket in started:
-            for i, r in zip(idx, lib.tfring_collective_done(buffers, ticket)):
-                out[i] = r
-        return out
-
-    return Pending(done)
+    return _one_start_per_dtype(items, lambda lib, group: lib.tfring_reducescatter_start(
+        group, reduce_op=op, process_set=process_set))

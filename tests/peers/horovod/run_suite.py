@@ -115,7 +115,8 @@ def run(np_, files, folder, timeout, select=None, horovod_python=None):
     """Runs pytest on every rank of a `tfring run -np np_` job (or, with `horovod_python`, of a Horovod
     job) (only the tests `select`, a pytest `-k` expression, picks); returns the launcher's exit code."""
     rank = "$HOROVOD_RANK" if horovod_python else "$TFRING_RANK"
-    rank_cmd = (("" if horovod_python else "PMI_RANK=$TFRING_RANK PMI_SIZE=$TFRING_SIZE ") + "exec " +
+    # `tfring run` sets horovodrun's HOROVOD_RANK and HOROVOD_SIZE, which test_horovod_rank/_size read.
+    rank_cmd = ("exec " +
                 (horovod_python or sys.executable) +
                 " -m pytest -p no:cacheprovider -q -o python_files='test_*.py' --rootdir=. "
                 f"--junitxml=results-rank{rank}.xml " + (f"-k {shlex.quote(select)} " if select else "") +
