@@ -30,6 +30,10 @@ class Future(started.Pending):
 
         Returns:
             A `Future`.
+
+        Example:
+
+        >>> bucket.allreduce(sent).then(lambda reduced: [r * 2 for r in reduced])
         """
         return Future(lambda: fn(self.wait()))
 
@@ -42,6 +46,10 @@ class Future(started.Pending):
 
         Returns:
             A `Future`.
+
+        Example:
+
+        >>> Future.done(bucket.gradients).wait()   # a hook that sends nothing (one rank)
         """
         tensors = list(tensors)
         return Future(lambda: tensors)
@@ -91,6 +99,10 @@ class GradientBucket:
 
         Returns:
             A `Future` of the reduced tensors, identical on every rank.
+
+        Example:
+
+        >>> bucket.allreduce([tf.cast(g, tf.bfloat16) for g in bucket.gradients])
         """
         op = op or self.op
         if self.overlap:
@@ -106,6 +118,10 @@ class GradientBucket:
 
         Returns:
             A `Future` of a one-tensor list.
+
+        Example:
+
+        >>> bucket.allgather(tf.reshape(norm, [1])).wait()[0]   # every rank's norm, in rank order
         """
         return Future(started.allgather_start(tensor, process_set=self.process_set).wait)
 
@@ -118,6 +134,10 @@ class GradientBucket:
 
         Returns:
             A `Future` of a one-tensor list, shaped like `tensor`.
+
+        Example:
+
+        >>> bucket.alltoall(tf.reshape(packed, [bucket.size, -1])).wait()[0]
         """
         return Future(started.alltoall_start(tensor, process_set=self.process_set).wait)
 
@@ -131,6 +151,10 @@ class GradientBucket:
 
         Returns:
             A `Future` of this rank's rows of each reduced tensor.
+
+        Example:
+
+        >>> my_rows = bucket.reducescatter([bucket.flat()]).wait()[0]
         """
         return Future(started.reducescatter_start(list(tensors), op=op or self.op, process_set=self.process_set).wait)
 
@@ -143,6 +167,10 @@ class GradientBucket:
 
         Returns:
             A `Future` of `make()`'s tensors.
+
+        Example:
+
+        >>> bucket.ordered(lambda: tf.cond(state.iteration < 10, exact, compressed))
         """
         return Future.done(ordering.ordered(make))
 
@@ -161,6 +189,10 @@ class GradientBucket:
 
         Returns:
             A `Future` of every gradient of the bucket, reduced.
+
+        Example:
+
+        >>> bucket.compressed_after_warmup([0], state.iteration, 10, lambda: my_compressed(bucket))
         """
         grads = self.gradients
         others = [k for k in range(len(grads)) if k not in positions]
@@ -192,6 +224,10 @@ class GradientBucket:
 
         Returns:
             A 1-D tensor.
+
+        Example:
+
+        >>> bucket.flat()   # one vector of every gradient in the bucket
         """
         tensors = self.gradients if tensors is None else tensors
         return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
@@ -204,6 +240,10 @@ class GradientBucket:
 
         Returns:
             A list of tensors.
+
+        Example:
+
+        >>> bucket.unflat(bucket.flat() * 2)   # the gradients, doubled, in their shapes
         """
         sizes = [tf.size(g) for g in self.gradients]
         return [tf.reshape(part, tf.shape(g)) for part, g in zip(tf.split(vector, sizes), self.gradients)]

@@ -32,6 +32,11 @@ def narrowed(tensor, wire):
 
     Returns:
         A tensor.
+
+    Example:
+
+    >>> narrowed(tf.constant([1.5]), tf.float16).dtype
+    tf.float16
     """
     return tf.cast(tensor, wire) if tensor.dtype.is_floating and tensor.dtype != wire else tensor
 
@@ -45,6 +50,11 @@ def restored(tensor, dtype):
 
     Returns:
         A tensor.
+
+    Example:
+
+    >>> restored(tf.constant([1.5], tf.float16), tf.float32).dtype
+    tf.float32
     """
     return tf.cast(tensor, dtype) if tensor.dtype != dtype else tensor
 

@@ -56,6 +56,10 @@ class CommHookState:
         Raises:
             ValueError: neither `variable` nor `position` given, or a memory of that key exists
                 with another shape or dtype.
+
+        Example:
+
+        >>> error = state.memory("error", bucket.variables[0], bucket.gradients[0], tf.zeros)
         """
         if variable is None and position is None:
             raise ValueError(f"{self.owner}: a memory needs the gradient's variable or its position in the bucket")
@@ -81,6 +85,10 @@ class CommHookState:
 
         Returns:
             A list of `tf.Variable`s, in creation order.
+
+        Example:
+
+        >>> [e.numpy() for e in state.memories("error")]   # this rank's residuals
         """
         return [v for (k, *_), (_, v) in self._memories.items() if kind is None or k == kind]
 
@@ -92,6 +100,10 @@ class CommHookState:
 
         Returns:
             The increment op's result.
+
+        Example:
+
+        >>> state.advance(reduced)   # the runner does this after each step's buckets
         """
         with tf.control_dependencies([t for t in after if t is not None]):
             return self.iteration.assign_add(1)

@@ -156,6 +156,11 @@ def decompress_chunks(scales, bits, mask):
 
     Returns:
         A float32 [rows, chunk] tensor.
+
+    Example:
+
+    >>> scales, bits = compress_chunks(chunks, mask)
+    >>> decompress_chunks(scales, bits, mask)   # each element: its chunk's scale, signed
     """
     shifts = tf.constant([7, 6, 5, 4, 3, 2, 1, 0], tf.uint8)
     unpacked = tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits[:, :, None], shifts), 1)

@@ -25,6 +25,10 @@ def run(hook, state, buckets, op, overlap, process_set=0, size=1, variables=None
     Raises:
         TypeError: the hook returned something other than a `Future`, or tensors of other
             shapes, dtypes or count than the bucket's gradients.
+
+    Example:
+
+    >>> run(default_hooks.allreduce_hook, None, [[g1, g2], [g3]], "mean", overlap=True, size=2)
     """
     variables = variables or [None] * len(buckets)
     futures = []

@@ -71,6 +71,11 @@ def set_size(process_set):
 
     Returns:
         int.
+
+    Example:
+
+    >>> set_size(0) == tfring.size()
+    True
     """
     return _runtime.size() if process_set == 0 else len(_runtime.process_set_ranks(process_set))
 
@@ -88,6 +93,11 @@ def position(what, process_set, rank=None):
 
     Raises:
         ValueError: `rank` is not in the set.
+
+    Example:
+
+    >>> position("allgather", 0) == tfring.rank()
+    True
     """
     rank = _runtime.rank() if rank is None else rank
     if process_set == 0:
