@@ -98,7 +98,7 @@ test: lint docs test-core test-python
 # on-batch calls. The launcher, rendezvous and engine suites (no TensorFlow in them) and the
 # variants of the same fit paths (the optimizer door, buckets, uneven batches...) run on the
 # reference stack only, to keep CI inside its time.
-TF_FACING_PACKAGES := tfring/ops tfring/native tfring/data tfring/strategy tfring/optimizers tfring/callbacks \
+TF_FACING_PACKAGES := tfring/ops tfring/compression tfring/native tfring/data tfring/strategy tfring/optimizers tfring/callbacks \
 	tfring/schedules tfring/horovod
 # Of the collectives' tests, every op and dtype on 3 ranks and the mismatch errors: the transports,
 # faults and timeouts under them do not depend on TensorFlow.
