@@ -12,7 +12,7 @@ with two hidden layers of 1024 (about 1.1 M parameters on mnist1d), trained with
 seed giving the same initial weights and batches to every compressor. Every job runs on `--np`
 ranks with `tfring run`: on this host, or with `--link-mbit R` across two emulated hosts whose
 links are shaped to R Mbit/s (root and openssh-server needed), so that wall-clock time includes
-what the link costs. Compressors warm up exactly for 10 % of the steps.
+what the link costs. Compressors warm up exactly for `--warmup-fraction` of the steps (10 %).
 
 Printed: per dataset and compressor, the final test accuracy (mean and spread over the seeds), its
 difference from exact in points, and the seconds a run took; the plot (PNG) shows the training loss
@@ -85,7 +85,7 @@ def worker(args):
     data = np.load(args.data)
     steps_per_epoch = -(-len(data["y"]) // BATCH)
     total = steps_per_epoch * args.epochs
-    strategy = tfring.RingStrategy(compression=compressor(args.worker, total // 10))
+    strategy = tfring.RingStrategy(compression=compressor(args.worker, int(total * args.warmup_fraction)))
     keras.utils.set_random_seed(args.seed)
     schedule = keras.optimizers.schedules.CosineDecay(0.0, total - 2 * steps_per_epoch, warmup_target=0.05,
                                                       warmup_steps=2 * steps_per_epoch)
@@ -112,7 +112,8 @@ def launcher_argv(args, name, seed, data, hosts):
     where = ["-np", str(args.np)] if hosts is None else [
         "-H", ",".join(f"{h}:{args.np // 2}" for h in hosts.names[:2]), "--rsh", shlex.join(hosts.ssh_command)]
     return ([sys.executable, "-m", "tfring", "run"] + where + exports +
-            [sys.executable, HERE, "--worker", name, "--seed", str(seed), "--data", data, "--epochs", str(args.epochs)])
+            [sys.executable, HERE, "--worker", name, "--seed", str(seed), "--data", data, "--epochs", str(args.epochs),
+             "--warmup-fraction", str(args.warmup_fraction)])
 
 
 def run(argv, timeout):
@@ -207,6 +208,8 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--samples", type=int, default=20000, help="mnist1d samples to generate (default 20000)")
     parser.add_argument("--link-mbit", type=float, help="run across two emulated hosts with links of this rate")
+    parser.add_argument("--warmup-fraction", type=float, default=0.1,
+                        help="share of the steps compressors run exactly first (default 0.1)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per job (default 900)")
     parser.add_argument("--plot", default=os.path.join(os.path.dirname(HERE), "compression_accuracy.png"))
     parser.add_argument("--json", default=os.path.join(os.path.dirname(HERE), "compression_accuracy.json"))
