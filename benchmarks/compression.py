@@ -32,17 +32,17 @@ import time
 
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(HERE))
+from multihost import WORKER_ENV  # noqa: E402
 from multihost import run_launcher  # noqa: E402
 from multihost import _kill_leftovers  # noqa: E402
 
 COMPRESSORS = ("exact", "fp16", "powersgd1", "powersgd2", "powersgd4", "powersgd8", "onebit")
-WORKER_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-              "TF_NUM_INTRAOP_THREADS": "1"}
 WARMUP = 2  # exact steps before compression starts (and before the timing)
 
 
-def compressor(name):
-    """The `compression=` argument a name stands for."""
+def compressor(name, warmup=WARMUP):
+    """The `compression=` argument a name of COMPRESSORS stands for, compressing after `warmup`
+    exact steps (PowerSGD: at least 2)."""
     import tfring
 
     if name == "exact":
@@ -50,10 +50,16 @@ def compressor(name):
     if name == "fp16":
         return "fp16"
     if name.startswith("powersgd"):
-        return tfring.compression.PowerSGD(rank=int(name[len("powersgd"):]), start_iter=WARMUP)
+        return tfring.compression.PowerSGD(rank=int(name[len("powersgd"):]), start_iter=max(2, warmup))
     if name == "onebit":
-        return tfring.compression.OneBit(warmup_steps=WARMUP)
+        return tfring.compression.OneBit(warmup_steps=warmup)
     raise ValueError(f"unknown compressor {name!r}")
+
+
+def last_result(out):
+    """The dict of the last `RESULT {...}` line a job printed (`[0] RESULT {...}`), or None."""
+    lines = [line.split("RESULT ", 1)[1] for line in out.splitlines() if "RESULT " in line]
+    return json.loads(lines[-1]) if lines else None
 
 
 def _tx_bytes():
@@ -121,8 +127,8 @@ def run_job(hosts, per_host, name, steps, timeout):
             + [sys.executable, HERE, "--worker", name, "--steps", str(steps)])
     out, err = run_launcher(argv, timeout)
     _kill_leftovers(hosts)
-    lines = [line.split("RESULT ", 1)[1] for line in out.splitlines() if "RESULT " in line]  # "[0] RESULT {...}"
-    return (json.loads(lines[-1]), shlex.join(argv)) if lines else (None, (out + err)[-2500:])
+    result = last_result(out)
+    return (result, shlex.join(argv)) if result else (None, (out + err)[-2500:])
 
 
 def print_table(rate, layout, results):

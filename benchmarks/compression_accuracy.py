@@ -24,15 +24,18 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.abspath(__file__)
-COMPRESSORS = ("exact", "fp16", "powersgd1", "powersgd2", "powersgd4", "powersgd8", "onebit")
-WORKER_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-              "TF_NUM_INTRAOP_THREADS": "1"}
+sys.path.insert(0, os.path.dirname(HERE))
+from compression import COMPRESSORS  # noqa: E402
+from compression import compressor  # noqa: E402
+from compression import last_result  # noqa: E402
+from multihost import WORKER_ENV  # noqa: E402
+from multihost import run_launcher  # noqa: E402
+
 BATCH = 256
 
 
@@ -62,18 +65,6 @@ def make_data(dataset, samples, folder):
     np.savez(path, x=x.astype("float32"), y=y.astype("int32"), x_test=x_test.astype("float32"),
              y_test=y_test.astype("int32"))
     return path
-
-
-def compressor(name, warmup):
-    import tfring
-
-    if name == "exact":
-        return None
-    if name == "fp16":
-        return "fp16"
-    if name.startswith("powersgd"):
-        return tfring.compression.PowerSGD(rank=int(name[len("powersgd"):]), start_iter=max(2, warmup))
-    return tfring.compression.OneBit(warmup_steps=warmup)
 
 
 def worker(args):
@@ -117,13 +108,9 @@ def launcher_argv(args, name, seed, data, hosts):
 
 
 def run(argv, timeout):
-    env = dict(os.environ, **WORKER_ENV)
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout:.0f} s"
-    lines = [line.split("RESULT ", 1)[1] for line in proc.stdout.splitlines() if "RESULT " in line]
-    return (json.loads(lines[-1]), "") if lines else (None, (proc.stdout + proc.stderr)[-2500:])
+    out, err = run_launcher(argv, timeout)
+    result = last_result(out)
+    return (result, "") if result else (None, (out + err)[-2500:])
 
 
 def print_table(dataset, results, compressors):

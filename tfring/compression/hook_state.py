@@ -42,8 +42,8 @@ class CommHookState:
         Args:
             kind: what it holds, e.g. "error" or "q".
             variable: the model variable it belongs to (`bucket.variables[k]`), or a list of them
-                (a memory of a whole bucket); None keys it by `position` (a bucket index and
-                place, which changes when buckets are re-cut).
+                (a memory of a whole bucket); None, or a list holding a None, keys it by
+                `position` (a bucket index and place, which changes when buckets are re-cut).
             like: the gradient it goes with (for its name, shape and dtype defaults).
             initializer: a function `(shape, dtype) -> tensor` for its first value.
             shape: its shape (default: `like`'s).
@@ -61,17 +61,20 @@ class CommHookState:
 
         >>> error = state.memory("error", bucket.variables[0], bucket.gradients[0], tf.zeros)
         """
+        several = isinstance(variable, (list, tuple))  # a memory of a whole bucket
+        if several and any(v is None for v in variable):
+            variable = None  # one unknown variable: the list is no stable key
         if variable is None and position is None:
             raise ValueError(f"{self.owner}: a memory needs the gradient's variable or its position in the bucket")
-        if isinstance(variable, (list, tuple)):  # a memory of several variables together (a bucket's)
-            key = (kind, tuple(id(v) for v in variable))
+        if variable is None:
+            key, name = (kind, "position", tuple(position)), f"bucket{position}"
+        elif several:
+            key, name = (kind, tuple(id(v) for v in variable)), f"bucket{position}"
         else:
-            key = (kind, id(variable)) if variable is not None else (kind, "position", tuple(position))
+            key, name = (kind, id(variable)), getattr(variable, "path", None) or getattr(variable, "name", "")
         shape = tf.TensorShape(like.shape if shape is None else shape)
         dtype = tf.as_dtype(like.dtype if dtype is None else dtype)
         if key not in self._memories:
-            name = getattr(variable, "path", None) or getattr(variable, "name", None) or f"bucket{position}"
-            name = f"bucket{position}" if isinstance(variable, (list, tuple)) else name
             self._memories[key] = (variable, self._variable(lambda: initializer(shape, dtype),
                                                             f"{self.owner}_{kind}_{name}"))
         memory = self._memories[key][1]

@@ -67,8 +67,7 @@ class OneBit:
         errors = [state.memory("worker_error", bucket.variables[k], grads[k], _zeros, dtype=tf.float32,
                                position=(bucket.index, k)) for k in floating]
         layout = _Layout(sum(g.shape.num_elements() for g in sent), bucket.size)
-        owners = [bucket.variables[k] for k in floating]
-        server = state.memory("server_error", owners if all(o is not None for o in owners) else None, sent[0], _zeros,
+        server = state.memory("server_error", [bucket.variables[k] for k in floating], sent[0], _zeros,
                               shape=[layout.chunk], dtype=tf.float32, position=(bucket.index, "server"))
         return bucket.compressed_after_warmup(floating, state.iteration, self.warmup_steps,
                                               lambda: self._compressed(bucket, sent, errors, server, layout))
@@ -77,20 +76,21 @@ class OneBit:
         x = layout.padded(tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) + tf.reshape(e, [-1])
                                      for g, e in zip(grads, errors)], axis=0))
         chunks = tf.reshape(x, [bucket.size, layout.chunk])
-        scales, bits = compress_chunks(chunks, layout.mask())
-        sent_back = decompress_chunks(scales, bits, layout.mask())
+        mask = layout.mask()
+        own_mask = tf.gather(mask, [collectives.position("OneBit", bucket.process_set)])  # the chunk this rank owns
+        scales, bits = compress_chunks(chunks, mask)
+        sent_back = decompress_chunks(scales, bits, mask)
         # To the owner of each chunk: its signs and scale from every rank.
         got_bits = collectives.alltoall(bits, process_set=bucket.process_set)[0]
         got_scales = collectives.alltoall(scales, process_set=bucket.process_set)[0]
-        mine = tf.reduce_mean(decompress_chunks(got_scales, got_bits, layout.own_mask(bucket)), axis=0)
+        mine = tf.reduce_mean(decompress_chunks(got_scales, got_bits, tf.tile(own_mask, [bucket.size, 1])), axis=0)
         if bucket.op == "sum":
             mine = mine * tf.cast(bucket.size, tf.float32)
         y = mine + server_error
-        own_mask = layout.own_mask(bucket)[:1]
         server_scale, server_bits = compress_chunks(y[None, :], own_mask)
         all_bits = collectives.allgather(server_bits, process_set=bucket.process_set)
         all_scales = collectives.allgather(server_scale, process_set=bucket.process_set)
-        result = tf.reshape(decompress_chunks(all_scales, all_bits, layout.mask()), [-1])[:layout.length]
+        result = tf.reshape(decompress_chunks(all_scales, all_bits, mask), [-1])[:layout.length]
         updates = [server_error.assign(y - decompress_chunks(server_scale, server_bits, own_mask)[0])]
         residual = tf.reshape(chunks - sent_back, [-1])[:layout.length]
         for e, part in zip(errors, tf.split(residual, [e.shape.num_elements() for e in errors])):
@@ -115,11 +115,6 @@ class _Layout:
         """1 where a chunk holds an element, 0 where it holds padding: [size, chunk]."""
         index = tf.reshape(tf.range(self.size * self.chunk), [self.size, self.chunk])
         return tf.cast(index < self.length, tf.float32)
-
-    def own_mask(self, bucket):
-        """This rank's row of `mask`, once per rank it hears from: [size, chunk]."""
-        rank = collectives.position("OneBit", bucket.process_set)
-        return tf.tile(tf.gather(self.mask(), [rank]), [self.size, 1])
 
 
 def compress_chunks(chunks, mask):

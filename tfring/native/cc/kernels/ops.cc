@@ -27,6 +27,27 @@ absl::Status firstDimUnknown(InferenceContext* c, int in, int out) {
   c->set_output(out, result);
   return absl::OkStatus();
 }
+
+// A start op: output i like input i (its first dimension unknown when `firstDimUnknownToo`),
+// then the ticket.
+absl::Status outputsThenTicket(InferenceContext* c, bool firstDimUnknownToo) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    if (firstDimUnknownToo) {
+      TF_RETURN_IF_ERROR(firstDimUnknown(c, i, i));
+    } else {
+      c->set_output(i, c->input(i));
+    }
+  }
+  c->set_output(c->num_inputs(), c->Scalar());
+  return absl::OkStatus();
+}
+
+// A done op: output i is buffer i (the last input is the ticket).
+absl::Status passBuffers(InferenceContext* c) {
+  for (int i = 0; i + 1 < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 REGISTER_OP("TfringAllreduce")
@@ -54,14 +75,11 @@ REGISTER_OP("TfringAllreduceStart")
     .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
     .Attr("process_set: int >= 0 = 0")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      c->set_output(c->num_inputs(), c->Scalar());
-      return absl::OkStatus();
-    })
+    .SetShapeFn([](InferenceContext* c) { return outputsThenTicket(c, false); })
     .Doc(R"doc(
 Starts the allreduce of a list, as TfringAllreduce does, and returns at once: `buffers` will hold
-the result, which only TfringAllreduceDone(buffers, ticket) may read, once it has completed.
+the result, which only TfringCollectiveDone(buffers, ticket) (or TfringAllreduceDone) may read,
+once it has completed.
 )doc");
 
 REGISTER_OP("TfringAllreduceDone")
@@ -72,26 +90,11 @@ REGISTER_OP("TfringAllreduceDone")
     .Attr("T: {half, bfloat16, float, double, int32, int64}")
     .Attr("N: int >= 1")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i + 1 < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(passBuffers)
     .Doc(R"doc(
 Completes when the allreduce started by TfringAllreduceStart has; `reduced` are its buffers.
+Kept for graphs built before TfringCollectiveDone, which completes any started collective.
 )doc");
-
-// The ticket follows the outputs.
-absl::Status outputsThenTicket(InferenceContext* c, bool firstDimUnknownToo) {
-  for (int i = 0; i < c->num_inputs(); ++i) {
-    if (firstDimUnknownToo) {
-      TF_RETURN_IF_ERROR(firstDimUnknown(c, i, i));
-    } else {
-      c->set_output(i, c->input(i));
-    }
-  }
-  c->set_output(c->num_inputs(), c->Scalar());
-  return absl::OkStatus();
-}
 
 REGISTER_OP("TfringAllgatherStart")
     .SetIsDistributedCommunication()
@@ -145,10 +148,7 @@ REGISTER_OP("TfringCollectiveDone")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8, bool}")
     .Attr("N: int >= 1")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i + 1 < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(passBuffers)
     .Doc(R"doc(
 Completes when the collective a Tfring*Start op started has; `result` are its buffers.
 )doc");

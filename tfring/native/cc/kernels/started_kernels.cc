@@ -40,6 +40,19 @@ std::function<void*(const std::vector<int64_t>&, std::string*)> preallocated(Ten
   };
 }
 
+// One input, one output of `shape` allocated now, whose rows the engine fills (allgather, alltoall).
+absl::Status oneTensorInto(OpKernelContext* ctx, const TensorShape& shape, const std::string& what, Request* req,
+                           Held* held) {
+  const Tensor& in = ctx->input(0);
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &out));
+  req->tensors.push_back(describe(in, nullptr));
+  req->allocate = preallocated(out, shape.dim_size(0), what);
+  held->push_back(in);
+  held->push_back(*out);
+  return absl::OkStatus();
+}
+
 class StartOp : public tensorflow::OpKernel {
  public:
   StartOp(OpKernelConstruction* c, OpKind kind) : OpKernel(c), kind_(kind) {
@@ -117,13 +130,7 @@ class AllgatherStartOp : public StartOp {
     TF_RETURN_IF_ERROR(atLeastOneDimension(in, "allgather_start"));
     TensorShape shape = in.shape();
     shape.set_dim(0, in.dim_size(0) * engine.size());
-    Tensor* out = nullptr;
-    TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &out));
-    req->tensors.push_back(describe(in, nullptr));
-    req->allocate = preallocated(out, shape.dim_size(0), "tfring.allgather_start");
-    held->push_back(in);
-    held->push_back(*out);
-    return absl::OkStatus();
+    return oneTensorInto(ctx, shape, "tfring.allgather_start", req, held);
   }
 };
 
@@ -141,14 +148,8 @@ class AlltoallStartOp : public StartOp {
       return tensorflow::errors::InvalidArgument("tfring.alltoall_start: the first dimension (", rows,
                                                  ") must divide evenly by the number of ranks (", engine.size(), ")");
     }
-    Tensor* out = nullptr;
-    TF_RETURN_IF_ERROR(ctx->allocate_output(0, in.shape(), &out));
     req->splits.assign(engine.size(), rows / engine.size());
-    req->tensors.push_back(describe(in, nullptr));
-    req->allocate = preallocated(out, rows, "tfring.alltoall_start");
-    held->push_back(in);
-    held->push_back(*out);
-    return absl::OkStatus();
+    return oneTensorInto(ctx, in.shape(), "tfring.alltoall_start", req, held);
   }
 };
 
