@@ -182,19 +182,25 @@ print("NUMPY", json.dumps({
     "errors_differ": not same_on_every_rank([e.numpy() for e in state.memories("error")]),
     "iteration": int(state.iteration.numpy())}))
 
-# OneBit, one step against NumPy: worker chunks to their owners, averaged, compressed again.
+# OneBit, one step against NumPy: worker chunks to their owners, averaged, compressed again; one
+# scale per tensor in each chunk.
 onebit = tfring.compression.OneBit(warmup_steps=1)
 onebit_state = onebit.new_state()
 flat = [np.concatenate([g[0].ravel(), g[1].ravel()]) for g in grads]
 length = flat[0].size
 chunk = -(-(-(-length // size)) // 8) * 8
-mask = (np.arange(size * chunk) < length).reshape(size, chunk)
+tensor_ids = np.full(size * chunk, -1)
+tensor_ids[:length] = np.repeat([0, 1], [grads[0][0].size, grads[0][1].size])
+tensor_ids = tensor_ids.reshape(size, chunk)
 
 
-def one_bit(rows, row_mask):
-    count = np.maximum(row_mask.sum(axis=1), 1)
-    scales = np.linalg.norm(rows * row_mask, axis=1) / np.sqrt(count)
-    return np.where(rows >= 0, 1.0, -1.0) * scales[:, None] * row_mask
+def one_bit(rows, ids):
+    out = np.zeros_like(rows)
+    for r, t in {(r, t) for r in range(rows.shape[0]) for t in ids[r] if t >= 0}:
+        part = ids[r] == t
+        scale = np.linalg.norm(rows[r][part]) / np.sqrt(part.sum())
+        out[r][part] = np.where(rows[r][part] >= 0, 1.0, -1.0) * scale
+    return out
 
 
 @tf.function
@@ -205,8 +211,8 @@ def onebit_step():
 
 onebit_step()
 got_bits = onebit_step()[0]
-workers = [one_bit(np.pad(f, (0, size * chunk - length)).reshape(size, chunk), mask) for f in flat]
-servers = [one_bit(np.mean([w[j] for w in workers], axis=0)[None, :], mask[j:j + 1])[0] for j in range(size)]
+workers = [one_bit(np.pad(f, (0, size * chunk - length)).reshape(size, chunk), tensor_ids) for f in flat]
+servers = [one_bit(np.mean([w[j] for w in workers], axis=0)[None, :], tensor_ids[j:j + 1])[0] for j in range(size)]
 expected_bits = np.concatenate(servers)[:length]
 print("ONEBIT", json.dumps({
     "approx": float(np.max(np.abs(np.concatenate([got_bits[0].numpy().ravel(), got_bits[1].numpy().ravel()])
@@ -337,3 +343,102 @@ def test_compressors_are_numpys_and_train_with_ranks_identical(ranks):
         resumed = [l.split()[1:] for l in lines if l.startswith("RESUME ")]
         # 2 epochs of 4 steps, then the resumed 2 epochs: the state counted only those.
         assert resumed == [["0", "8", "6", "4", "True"], ["1", "8", "6", "4", "True"]], resumed
+
+
+HIERARCHICAL = r"""
+import json
+import os
+# Read at init(): one machine's 4 ranks named as 2 hosts x 2 ranks.
+os.environ["TFRING_HOST_ID"] = "host-" + str(int(os.environ["TFRING_RANK"]) // 2)
+os.environ["TFRING_LOCAL_RANK"], os.environ["TFRING_LOCAL_SIZE"] = str(int(os.environ["TFRING_RANK"]) % 2), "2"
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+from tfring.compression import runner
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+rank, size = tfring.rank(), tfring.size()
+
+
+def same_on_every_rank(values):
+    flat = np.concatenate([np.asarray(v, np.float64).ravel() for v in values])
+    gathered = tfring.ops.allgather(tf.constant(flat[None, :])).numpy()
+    return bool(np.all(gathered == gathered[0]))
+
+
+def one_bit(rows, ids):
+    out = np.zeros_like(rows)
+    for r, t in {(r, t) for r in range(rows.shape[0]) for t in ids[r] if t >= 0}:
+        part = ids[r] == t
+        scale = np.linalg.norm(rows[r][part]) / np.sqrt(part.sum())
+        out[r][part] = np.where(rows[r][part] >= 0, 1.0, -1.0) * scale
+    return out
+
+
+rng = np.random.default_rng(0)
+grads = [(rng.standard_normal((24, 16)).astype("float32"), rng.standard_normal(16).astype("float32"),
+          rng.standard_normal((40, 32)).astype("float32")) for _ in range(size)]
+variables = [tf.Variable(tf.zeros(g.shape)) for g in grads[0]]
+onebit = tfring.compression.OneBit(warmup_steps=1)
+state = onebit.new_state()
+
+
+@tf.function
+def step():
+    return runner.run(onebit, state, [[tf.constant(g) for g in grads[rank]]], "mean", overlap=False, size=size,
+                      variables=[variables])
+
+
+warm = step()[0]
+got = np.concatenate([t.numpy().ravel() for t in step()[0]])
+# NumPy: each host's exact sum; local rank l compresses part l of it between the 2 hosts.
+sizes = [g.size for g in grads[0]]
+length = sum(sizes)
+chunk = -(-(-(-length // 4)) // 8) * 8
+ids = np.full(4 * chunk, -1)
+ids[:length] = np.repeat(np.arange(3), sizes)
+flat = [np.pad(np.concatenate([g.ravel() for g in grads[r]]), (0, 4 * chunk - length)) for r in range(size)]
+host_sums = [flat[0] + flat[1], flat[2] + flat[3]]
+parts, own_error = [], None
+for l in range(2):
+    part_ids = ids[l * 2 * chunk:(l + 1) * 2 * chunk].reshape(2, chunk)
+    workers = [one_bit(h[l * 2 * chunk:(l + 1) * 2 * chunk].reshape(2, chunk), part_ids) for h in host_sums]
+    parts += [one_bit(np.mean([w[j] for w in workers], axis=0)[None, :], part_ids[j:j + 1])[0] for j in range(2)]
+    if l == rank % 2:
+        own_error = host_sums[rank // 2][l * 2 * chunk:(l + 1) * 2 * chunk] - workers[rank // 2].ravel()
+expected = np.concatenate(parts)[:length] / 2  # the mean over hosts of host sums, over 2 ranks a host
+sets = state.host_sets()
+print("HIER", json.dumps({
+    "sets": [sets.local_size, sets.hosts, sets.local_rank, sets.host],
+    "warm_up_exact": bool(np.allclose(warm[0], np.mean([g[0] for g in grads], axis=0), atol=1e-6)),
+    "approx": float(np.max(np.abs(got - expected))),
+    "worker_error": float(np.max(np.abs(state.memories("worker_error")[0].numpy() - own_error))),
+    "same": same_on_every_rank([got])}))
+
+# A fit: the sets are made while Keras traces its step; the ranks end identical.
+X = rng.standard_normal((256, 32)).astype("float32")
+Y = np.tanh(X @ rng.standard_normal((32, 4)).astype("float32"))
+strategy = tfring.RingStrategy(compression=tfring.compression.OneBit(warmup_steps=2), bucket_bytes=8192)
+keras.utils.set_random_seed(1)
+with strategy.scope():
+    m = keras.Sequential([keras.Input((32,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)])
+    m.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+losses = m.fit(X, Y, batch_size=64, epochs=3, shuffle=False, verbose=0).history["loss"]
+hook_sets = strategy.extended.gradient_settings.hook_state.host_sets()
+print("HIERFIT", json.dumps({"first": losses[0], "last": losses[-1], "hosts": hook_sets.hosts,
+                             "same": same_on_every_rank([w.numpy() for w in m.weights])}))
+"""
+
+
+def test_one_bit_reduces_inside_each_host_and_compresses_between_hosts():
+    job = run_job(4, HIERARCHICAL, timeout=600)
+    assert job.returncode == 0, job.stderr[-3000:]
+    for rank in range(4):
+        lines = rank_lines(job.stdout, rank)
+        got = json.loads([l for l in lines if l.startswith("HIER ")][0][len("HIER "):])
+        assert got["sets"] == [2, 2, rank % 2, rank // 2], got
+        assert got["warm_up_exact"] and got["same"], got
+        assert got["approx"] < 1e-5 and got["worker_error"] < 1e-5, got
+        fit = json.loads([l for l in lines if l.startswith("HIERFIT ")][0][len("HIERFIT "):])
+        assert fit["hosts"] == 2 and fit["same"] and fit["last"] < fit["first"] / 2, fit

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from tfring.compression import hosts
+
 
 class CommHookState:
     """A hook's memory: rank-local variables (error-feedback residuals, warm-start factors) keyed by
@@ -27,6 +29,21 @@ class CommHookState:
         self.owner = owner
         self._memories = {}  # (kind, key) -> (the key object, kept alive so its id stays unique, variable)
         self._iteration = None
+        self._host_sets = ()  # not looked up yet
+
+    def host_sets(self):
+        """The job's hosts as process sets (`hosts.HostSets`), looked up by every rank at its first
+        call (the first trace of a hook that asks) and kept; None for a job that is not several
+        hosts of several ranks each.
+
+        Example:
+
+        >>> sets = state.host_sets()
+        >>> if sets: bucket.reducescatter(...)   # inside the host, then compress across hosts
+        """
+        if self._host_sets == ():
+            self._host_sets = hosts.host_sets()
+        return self._host_sets
 
     @property
     def iteration(self):
