@@ -2,17 +2,18 @@
 training, with the same epochs and schedule, over several seeds; and loss against wall-clock time.
 
     .venv/bin/python benchmarks/compression_accuracy.py [--datasets mnist1d,digits]
-        [--compressors exact,fp16,powersgd4,onebit] [--seeds 0,1,2] [--np 2] [--epochs 20]
+        [--compressors exact,fp16,powersgd4,onebit] [--seeds 0,1,2] [--np 2] [--epochs N]
         [--samples 20000] [--link-mbit 1000] [--plot FILE] [--json FILE]
 
 Data made offline: mnist1d's generator (`pip install mnist1d`: 1-D digits, `--samples` of them,
 80 % to train) and scikit-learn's digits (1,797 8x8 images, 80 % to train). The model is an MLP
 with two hidden layers of 1024 (about 1.1 M parameters on mnist1d), trained with SGD (momentum
 0.9, learning rate 0.05 with a 2-epoch warm-up and a cosine decay) on a global batch of 256, each
-seed giving the same initial weights and batches to every compressor. Every job runs on `--np`
-ranks with `tfring run`: on this host, or with `--link-mbit R` across two emulated hosts whose
-links are shaped to R Mbit/s (root and openssh-server needed), so that wall-clock time includes
-what the link costs. Compressors warm up exactly for `--warmup-fraction` of the steps (10 %).
+seed giving the same initial weights and batches to every compressor, for 20 epochs on mnist1d
+(1,260 steps) and 60 on digits (360 steps: digits is 11 times smaller; `--epochs` sets both).
+Every job runs on `--np` ranks with `tfring run`: on this host, or with `--link-mbit R` across two
+emulated hosts whose links are shaped to R Mbit/s (root and openssh-server needed), so that
+wall-clock time includes what the link costs. Compressors warm up exactly for `--warmup-fraction` of the steps (10 %).
 
 Printed: per dataset and compressor, the final test accuracy (mean and spread over the seeds), its
 difference from exact in points, and the seconds a run took; the plot (PNG) shows the training loss
@@ -37,6 +38,7 @@ from multihost import WORKER_ENV  # noqa: E402
 from multihost import run_launcher  # noqa: E402
 
 BATCH = 256
+EPOCHS = {"mnist1d": 20, "digits": 60}  # 1,260 and 360 steps
 
 
 def make_data(dataset, samples, folder):
@@ -98,12 +100,12 @@ def worker(args):
                                       "params": int(model.count_params())}))
 
 
-def launcher_argv(args, name, seed, data, hosts):
+def launcher_argv(args, name, seed, data, hosts, epochs):
     exports = [arg for k, v in WORKER_ENV.items() for arg in ("-x", f"{k}={v}")]
     where = ["-np", str(args.np)] if hosts is None else [
         "-H", ",".join(f"{h}:{args.np // 2}" for h in hosts.names[:2]), "--rsh", shlex.join(hosts.ssh_command)]
     return ([sys.executable, "-m", "tfring", "run"] + where + exports +
-            [sys.executable, HERE, "--worker", name, "--seed", str(seed), "--data", data, "--epochs", str(args.epochs),
+            [sys.executable, HERE, "--worker", name, "--seed", str(seed), "--data", data, "--epochs", str(epochs),
              "--warmup-fraction", str(args.warmup_fraction)])
 
 
@@ -113,11 +115,11 @@ def run(argv, timeout):
     return (result, "") if result else (None, (out + err)[-2500:])
 
 
-def print_table(dataset, results, compressors):
+def print_table(dataset, results, compressors, epochs):
     import numpy as np
 
     exact = np.mean([r["accuracy"] for r in results.get("exact", []) if r]) if results.get("exact") else None
-    print(f"\n{dataset}: final test accuracy over {len(next(iter(results.values())))} seeds")
+    print(f"\n{dataset}, {epochs} epochs: final test accuracy over {len(next(iter(results.values())))} seeds")
     print("| compressor | accuracy % (mean) | spread (min-max) | vs exact (points) | seconds per run |")
     print("|---|---:|---:|---:|---:|")
     for name in compressors:
@@ -165,15 +167,16 @@ def main_bench(args):
         try:
             for dataset in args.datasets:
                 data = make_data(dataset, args.samples, folder)
+                epochs = args.epochs or EPOCHS[dataset]
                 results = everything.setdefault(dataset, {})
                 for seed in args.seeds:  # seeds outermost: a slow spell spreads over every compressor
                     for name in args.compressors:
                         print(f"[{time.monotonic() - start:6.0f} s] {dataset} {name} seed {seed}", file=sys.stderr)
-                        result, why = run(launcher_argv(args, name, seed, data, hosts), args.timeout)
+                        result, why = run(launcher_argv(args, name, seed, data, hosts, epochs), args.timeout)
                         if result is None:
                             print(f"  failed: {why}", file=sys.stderr)
                         results.setdefault(name, []).append(result)
-                print_table(dataset, results, args.compressors)
+                print_table(dataset, results, args.compressors, epochs)
         finally:
             if hosts is not None:
                 hosts.__exit__(None, None, None)
@@ -192,7 +195,7 @@ def parse_args(argv=None):
     parser.add_argument("--compressors", default="exact,fp16,powersgd4,onebit", help=f"of {','.join(COMPRESSORS)}")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--np", type=int, default=2, help="ranks (default 2; even with --link-mbit)")
-    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--epochs", type=int, help="epochs on every dataset (default: 20 on mnist1d, 60 on digits)")
     parser.add_argument("--samples", type=int, default=20000, help="mnist1d samples to generate (default 20000)")
     parser.add_argument("--link-mbit", type=float, help="run across two emulated hosts with links of this rate")
     parser.add_argument("--warmup-fraction", type=float, default=0.1,
