@@ -2,7 +2,7 @@
 compressor, side by side, in one run.
 
     sudo .venv/bin/python benchmarks/compression.py [--rates 1000,10000] [--layouts 2x1,2x2]
-        [--compressors exact,fp16,powersgd1,powersgd2,powersgd4,powersgd8,onebit] [--steps 12] [--json FILE]
+        [--compressors exact,fp16,powersgd1,powersgd2,powersgd4,powersgd8,onebit,qsgd] [--steps 12] [--json FILE]
 
 Two hosts are built on this machine with `tfring_dev.emulated_hosts` (network namespaces joined
 by shaped veths, an sshd in each; needs root and openssh-server). For each link rate and layout
@@ -36,7 +36,7 @@ from multihost import WORKER_ENV  # noqa: E402
 from multihost import run_launcher  # noqa: E402
 from multihost import _kill_leftovers  # noqa: E402
 
-COMPRESSORS = ("exact", "fp16", "powersgd1", "powersgd2", "powersgd4", "powersgd8", "onebit")
+COMPRESSORS = ("exact", "fp16", "powersgd1", "powersgd2", "powersgd4", "powersgd8", "onebit", "qsgd")
 WARMUP = 2  # exact steps before compression starts (and before the timing)
 
 
@@ -53,6 +53,8 @@ def compressor(name, warmup=WARMUP):
         return tfring.compression.PowerSGD(rank=int(name[len("powersgd"):]), start_iter=max(2, warmup))
     if name == "onebit":
         return tfring.compression.OneBit(warmup_steps=warmup)
+    if name == "qsgd":
+        return tfring.compression.QSGD(warmup_steps=warmup)
     raise ValueError(f"unknown compressor {name!r}")
 
 

@@ -270,9 +270,11 @@ def gentle():
     return keras.optimizers.SGD(0.01, momentum=0.9)
 
 
+fit("qsgd_sgd", sgd, tfring.compression.QSGD())
 fit("exact_uneven", gentle, None, rows=290)
 fit("powersgd_uneven", gentle, tfring.compression.PowerSGD(rank=2, start_iter=2), rows=290)
 fit("onebit_uneven", gentle, tfring.compression.OneBit(warmup_steps=8), rows=290)
+fit("qsgd_uneven", gentle, tfring.compression.QSGD(), rows=290)
 
 # The hook's state is rank-local memory, not saved: a resumed fit starts it afresh.
 import tempfile
@@ -332,6 +334,9 @@ def test_compressors_are_numpys_and_train_with_ranks_identical(ranks):
                 # When written: 2 ranks, exact 4.91 -> 2.12, PowerSGD -> 2.34, 1-bit -> 2.32;
                 # 3 ranks, exact 6.96 -> 2.90, PowerSGD -> 3.22, 1-bit -> 3.44.
                 assert r["last"] < r["first"] / 1.5 and r["last"] < 1.5 * exact, (name, r, exact)
+            elif name.startswith("qsgd"):
+                # 8 bits, rounded at random: close to exact (within 1 % when written).
+                assert r["last"] < r["first"] / 3 and r["last"] < 1.1 * exact, (name, r, exact)
             elif name.startswith("onebit"):
                 # One bit per element learns slower in 32 steps, 8 of them exact (3 ranks, when written:
                 # SGD 6.71 -> 2.69 against 1.10 exact, Adam 6.28 -> 1.38 against 0.99).
@@ -416,6 +421,16 @@ print("HIER", json.dumps({
     "worker_error": float(np.max(np.abs(state.memories("worker_error")[0].numpy() - own_error))),
     "same": same_on_every_rank([got])}))
 
+# QSGD on the same path: host sums rounded to 8 bits twice, within two levels of their largest.
+qsgd = tfring.compression.QSGD()
+qsgd_state = qsgd.new_state()
+qsgd_got = np.concatenate([t.numpy().ravel() for t in tf.function(lambda: runner.run(
+    qsgd, qsgd_state, [[tf.constant(g) for g in grads[rank]]], "mean", overlap=False, size=size,
+    variables=[variables]))()[0]])
+true_mean = np.mean([f[:length] for f in flat], axis=0)
+levels = np.max(np.abs(qsgd_got - true_mean)) / (np.max(np.abs(np.concatenate(host_sums))) / 127 / 2)
+print("HIERQSGD", json.dumps({"levels": float(levels), "same": same_on_every_rank([qsgd_got])}))
+
 # A fit: the sets are made while Keras traces its step; the ranks end identical.
 X = rng.standard_normal((256, 32)).astype("float32")
 Y = np.tanh(X @ rng.standard_normal((32, 4)).astype("float32"))
@@ -440,5 +455,7 @@ def test_one_bit_reduces_inside_each_host_and_compresses_between_hosts():
         assert got["sets"] == [2, 2, rank % 2, rank // 2], got
         assert got["warm_up_exact"] and got["same"], got
         assert got["approx"] < 1e-5 and got["worker_error"] < 1e-5, got
+        qsgd = json.loads([l for l in lines if l.startswith("HIERQSGD ")][0][len("HIERQSGD "):])
+        assert 0 < qsgd["levels"] <= 2.0 * (1 + 1e-4) and qsgd["same"], qsgd
         fit = json.loads([l for l in lines if l.startswith("HIERFIT ")][0][len("HIERFIT "):])
         assert fit["hosts"] == 2 and fit["same"] and fit["last"] < fit["first"] / 2, fit

@@ -53,7 +53,8 @@ from tfring.compression.default_hooks import cast_hook
 from tfring.compression.hook_state import CommHookState
 from tfring.compression.onebit import OneBit
 from tfring.compression.powersgd import PowerSGD
+from tfring.compression.qsgd import QSGD
 from tfring.compression.registry import for_compression
 
-__all__ = ["CommHookState", "Future", "GradientBucket", "OneBit", "PowerSGD", "allreduce_hook", "cast_hook",
+__all__ = ["CommHookState", "Future", "GradientBucket", "OneBit", "PowerSGD", "QSGD", "allreduce_hook", "cast_hook",
            "for_compression"]

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfring.compression import compressed_allreduce
 from tfring.compression import onebit
 from tfring.compression import runner
 
@@ -40,11 +41,11 @@ def test_each_segment_keeps_its_own_scale_and_padding_counts_for_nothing():
 
 
 def test_the_layout_cuts_at_tensors_chunks_and_padding():
-    layout = onebit.Layout([5, 3, 20], parts=2, chunks=2)  # 28 elements: 2 parts of 2 chunks of 8
+    layout = compressed_allreduce.Layout([5, 3, 20], parts=2, chunks=2)  # 28 elements: 2 parts of 2 chunks of 8
     assert (layout.chunk, layout.part) == (8, 16)
     assert layout.lengths(0).tolist() == [[5, 3], [8, 0]]
     assert layout.lengths(1).tolist() == [[8, 0], [4, 4]]  # the last: 4 of the third tensor, 4 padding
-    assert onebit.Layout([3], parts=1, chunks=4).lengths(0).tolist() == [[3, 5], [8, 0], [8, 0], [8, 0]]
+    assert compressed_allreduce.Layout([3], parts=1, chunks=4).lengths(0).tolist() == [[3, 5], [8, 0], [8, 0], [8, 0]]
 
 
 def test_one_step_is_numpys_worker_and_server_compression_with_their_errors():
