@@ -120,6 +120,25 @@ def test_synchronized_batch_norm_and_own_reductions_are_exact_under_every_compre
         assert got["spy"]["only_gradients"] and got["spy"]["hook_saw"] > 0, got["spy"]
 
 
+# What the job scripts below share: NumPy's 1-bit (one scale per tensor in each row) and a check.
+SHARED = r"""
+def same_on_every_rank(values):
+    flat = np.concatenate([np.asarray(v, np.float64).ravel() for v in values])
+    gathered = tfring.ops.allgather(tf.constant(flat[None, :])).numpy()
+    return bool(np.all(gathered == gathered[0]))
+
+
+def one_bit(rows, ids):
+    # Each row's segments (equal `ids`, -1 for padding) as signs at norm / sqrt(length).
+    out = np.zeros_like(rows)
+    for r, t in {(r, t) for r in range(rows.shape[0]) for t in ids[r] if t >= 0}:
+        part = ids[r] == t
+        scale = np.linalg.norm(rows[r][part]) / np.sqrt(part.sum())
+        out[r][part] = np.where(rows[r][part] >= 0, 1.0, -1.0) * scale
+    return out
+"""
+
+
 COMPRESSORS = r"""
 import json
 import numpy as np
@@ -132,11 +151,7 @@ from tfring.compression import runner
 tf.config.threading.set_intra_op_parallelism_threads(1)
 rank, size = tfring.rank(), tfring.size()
 
-
-def same_on_every_rank(values):
-    flat = np.concatenate([np.asarray(v, np.float64).ravel() for v in values])
-    gathered = tfring.ops.allgather(tf.constant(flat[None, :])).numpy()
-    return bool(np.all(gathered == gathered[0]))
+# SHARED
 
 
 # One step against NumPy: every rank knows every rank's gradients. Two buckets, started in a graph
@@ -193,14 +208,6 @@ tensor_ids = np.full(size * chunk, -1)
 tensor_ids[:length] = np.repeat([0, 1], [grads[0][0].size, grads[0][1].size])
 tensor_ids = tensor_ids.reshape(size, chunk)
 
-
-def one_bit(rows, ids):
-    out = np.zeros_like(rows)
-    for r, t in {(r, t) for r in range(rows.shape[0]) for t in ids[r] if t >= 0}:
-        part = ids[r] == t
-        scale = np.linalg.norm(rows[r][part]) / np.sqrt(part.sum())
-        out[r][part] = np.where(rows[r][part] >= 0, 1.0, -1.0) * scale
-    return out
 
 
 @tf.function
@@ -306,7 +313,7 @@ for attempt in range(2):
 # Mixed precision: the loss scale comes off before the hook and back after.
 keras.mixed_precision.set_global_policy("mixed_float16")
 fit("powersgd_mixed", sgd, tfring.compression.PowerSGD(rank=2, start_iter=2))
-"""
+""".replace("# SHARED", SHARED)
 
 
 def _fits(lines):
@@ -365,20 +372,8 @@ from tfring.compression import runner
 tf.config.threading.set_intra_op_parallelism_threads(1)
 rank, size = tfring.rank(), tfring.size()
 
+# SHARED
 
-def same_on_every_rank(values):
-    flat = np.concatenate([np.asarray(v, np.float64).ravel() for v in values])
-    gathered = tfring.ops.allgather(tf.constant(flat[None, :])).numpy()
-    return bool(np.all(gathered == gathered[0]))
-
-
-def one_bit(rows, ids):
-    out = np.zeros_like(rows)
-    for r, t in {(r, t) for r in range(rows.shape[0]) for t in ids[r] if t >= 0}:
-        part = ids[r] == t
-        scale = np.linalg.norm(rows[r][part]) / np.sqrt(part.sum())
-        out[r][part] = np.where(rows[r][part] >= 0, 1.0, -1.0) * scale
-    return out
 
 
 rng = np.random.default_rng(0)
@@ -443,7 +438,7 @@ losses = m.fit(X, Y, batch_size=64, epochs=3, shuffle=False, verbose=0).history[
 hook_sets = strategy.extended.gradient_settings.hook_state.host_sets()
 print("HIERFIT", json.dumps({"first": losses[0], "last": losses[-1], "hosts": hook_sets.hosts,
                              "same": same_on_every_rank([w.numpy() for w in m.weights])}))
-"""
+""".replace("# SHARED", SHARED)
 
 
 def test_one_bit_reduces_inside_each_host_and_compresses_between_hosts():

@@ -21,38 +21,64 @@ between hosts, as on a job of one rank per host.
 import numpy as np
 import tensorflow as tf
 
+from tfring import checks
 from tfring import runtime
+from tfring.compression import hook_state
 from tfring.ops import collectives
 
 
-def hook(compressor, state, bucket, codec, error_feedback):
-    """A two-leg compressor's hook body: floating gradients through `codec` after the compressor's
-    warm-up (hierarchically where `compressor.hierarchical` and the job's layout allow), the others
-    exactly.
+class TwoLegCompressor:
+    """What `OneBit` and `QSGD` share: floating gradients through the two legs after `warmup_steps`
+    exact steps (hierarchically where `hierarchical` and the job's layout allow), the others
+    exactly. A subclass names itself (`name`), says whether it keeps worker and server errors
+    (`error_feedback`) and is its own codec: `encode(chunks, lengths, seed) -> (scales, payload)`
+    and `decode(scales, payload, lengths) -> float32 chunks`.
 
     Args:
-        compressor: the compressor (its `warmup_steps` and `hierarchical`).
-        state: its `CommHookState`.
-        bucket: a `GradientBucket`.
-        codec: an object with `encode(chunks, lengths, seed)` and `decode(scales, payload, lengths)`
-            (see `OneBit`'s and `QSGD`'s).
-        error_feedback: keep worker and server errors.
-
-    Returns:
-        A `Future` of the bucket's reduced gradients.
+        warmup_steps: steps that travel exactly before compression starts.
+        hierarchical: on a job of several hosts with several ranks each, reduce exactly inside
+            each host and compress only between hosts.
 
     Example:
 
-    >>> return compressed_allreduce.hook(self, state, bucket, _SIGNS, error_feedback=True)
+    >>> class Halves(TwoLegCompressor):   # a codec of float16 values, no scales
+    ...     name = "Halves"
+    ...     encode = staticmethod(lambda chunks, lengths, seed: (tf.zeros(lengths.shape), tf.cast(chunks, tf.float16)))
+    ...     decode = staticmethod(lambda scales, payload, lengths: tf.cast(payload, tf.float32))
     """
-    floating = [k for k, g in enumerate(bucket.gradients) if g.dtype.is_floating]
-    if not floating:
-        return bucket.allreduce(bucket.gradients)
-    hosts = None
-    if compressor.hierarchical and bucket.process_set == 0 and bucket.size > 1:
-        hosts = state.host_sets()
-    how = (_Hierarchical if hosts else _Flat)(state, bucket, floating, codec, error_feedback, hosts)
-    return bucket.compressed_after_warmup(floating, state.iteration, compressor.warmup_steps, how)
+
+    name = "compressor"
+    error_feedback = False
+
+    def __init__(self, warmup_steps, hierarchical):
+        self.warmup_steps = checks.number(self.name, "warmup_steps", warmup_steps, integer=True, at_least=0)
+        self.hierarchical = bool(hierarchical)
+
+    def __repr__(self):
+        return f"{self.name}(warmup_steps={self.warmup_steps}, hierarchical={self.hierarchical})"
+
+    def new_state(self):
+        """A fresh `CommHookState` for this compressor (each strategy or optimizer holds its own)."""
+        return hook_state.CommHookState(self.name)
+
+    def __call__(self, state, bucket):
+        """The hook: see the module docstring.
+
+        Args:
+            state: this compressor's `CommHookState` (`new_state()`).
+            bucket: a `GradientBucket`.
+
+        Returns:
+            A `Future` of the bucket's approximated gradients.
+        """
+        floating = [k for k, g in enumerate(bucket.gradients) if g.dtype.is_floating]
+        if not floating:
+            return bucket.allreduce(bucket.gradients)
+        hosts = None
+        if self.hierarchical and bucket.process_set == 0 and bucket.size > 1:
+            hosts = state.host_sets()
+        how = (_Hierarchical if hosts else _Flat)(state, bucket, floating, self, self.error_feedback, hosts)
+        return bucket.compressed_after_warmup(floating, state.iteration, self.warmup_steps, how)
 
 
 class _Flat:

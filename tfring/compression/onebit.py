@@ -10,14 +10,12 @@ The first `warmup_steps` steps travel exactly. Integer gradients travel exactly 
 
 import tensorflow as tf
 
-from tfring import checks
 from tfring.compression import compressed_allreduce
-from tfring.compression import hook_state
 
 _BIT_WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)
 
 
-class OneBit:
+class OneBit(compressed_allreduce.TwoLegCompressor):
     """Gradient compression to one bit per element with error feedback: approximate, opt-in.
 
     **Not equal to one process**: each step applies a sign-and-scale approximation of the job's
@@ -37,40 +35,21 @@ class OneBit:
     >>> strategy = tfring.RingStrategy(compression=tfring.compression.OneBit(warmup_steps=100))
     """
 
+    name = "OneBit"
+    error_feedback = True
+
     def __init__(self, warmup_steps=10, hierarchical=True):
-        self.warmup_steps = checks.number("OneBit", "warmup_steps", warmup_steps, integer=True, at_least=0)
-        self.hierarchical = bool(hierarchical)
-
-    def __repr__(self):
-        return f"OneBit(warmup_steps={self.warmup_steps}, hierarchical={self.hierarchical})"
-
-    def new_state(self):
-        """A fresh `CommHookState` for this compressor (each strategy or optimizer holds its own)."""
-        return hook_state.CommHookState("OneBit")
-
-    def __call__(self, state, bucket):
-        """The hook: see the module docstring.
-
-        Args:
-            state: this compressor's `CommHookState` (`new_state()`).
-            bucket: a `GradientBucket`.
-
-        Returns:
-            A `Future` of the bucket's approximated gradients.
-        """
-        return compressed_allreduce.hook(self, state, bucket, _Signs(), error_feedback=True)
-
-
-class _Signs:
-    """The codec: `compress_chunks` and `decompress_chunks`."""
+        super().__init__(warmup_steps, hierarchical)
 
     @staticmethod
     def encode(chunks, lengths, seed):
-        del seed  # signs round the same way always
+        """The codec's encoding: `compress_chunks` (signs round the same way always: no seed)."""
+        del seed
         return compress_chunks(chunks, lengths)
 
     @staticmethod
     def decode(scales, payload, lengths):
+        """The codec's decoding: `decompress_chunks`."""
         return decompress_chunks(scales, payload, lengths)
 
 

@@ -6,14 +6,12 @@ needs none).
 
 import tensorflow as tf
 
-from tfring import checks
 from tfring.compression import compressed_allreduce
-from tfring.compression import hook_state
 
 LEVELS = 127  # per sign: int8 from -127 to 127
 
 
-class QSGD:
+class QSGD(compressed_allreduce.TwoLegCompressor):
     """Gradient compression to 8 bits per element with random rounding: approximate, opt-in.
 
     **Not equal to one process**: each element travels as an int8 level of its segment's largest
@@ -33,39 +31,19 @@ class QSGD:
     >>> strategy = tfring.RingStrategy(compression=tfring.compression.QSGD())
     """
 
+    name = "QSGD"
+
     def __init__(self, warmup_steps=0, hierarchical=True):
-        self.warmup_steps = checks.number("QSGD", "warmup_steps", warmup_steps, integer=True, at_least=0)
-        self.hierarchical = bool(hierarchical)
-
-    def __repr__(self):
-        return f"QSGD(warmup_steps={self.warmup_steps}, hierarchical={self.hierarchical})"
-
-    def new_state(self):
-        """A fresh `CommHookState` for this compressor (each strategy or optimizer holds its own)."""
-        return hook_state.CommHookState("QSGD")
-
-    def __call__(self, state, bucket):
-        """The hook: see the module docstring.
-
-        Args:
-            state: this compressor's `CommHookState` (`new_state()`).
-            bucket: a `GradientBucket`.
-
-        Returns:
-            A `Future` of the bucket's approximated gradients.
-        """
-        return compressed_allreduce.hook(self, state, bucket, _Levels(), error_feedback=False)
-
-
-class _Levels:
-    """The codec: `quantize` and `dequantize`."""
+        super().__init__(warmup_steps, hierarchical)
 
     @staticmethod
     def encode(chunks, lengths, seed):
+        """The codec's encoding: `quantize`."""
         return quantize(chunks, lengths, seed)
 
     @staticmethod
     def decode(scales, payload, lengths):
+        """The codec's decoding: `dequantize`."""
         return dequantize(scales, payload, lengths)
 
 
