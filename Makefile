@@ -213,6 +213,7 @@ bench-deps: env
 
 bench: env
 	$(PY) benchmarks/allreduce.py
+	$(PY) benchmarks/step_patterns.py
 
 # Horovod 0.28.1 itself, for `benchmarks/horovod_step.py --horovod-python .venv-horovod/bin/python`
 # (`make bench-horovod`): TensorFlow 2.16.2, the newest it builds against, with Gloo and without MPI;
