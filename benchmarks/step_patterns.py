@@ -2,7 +2,7 @@
 alone, in one run.
 
     .venv/bin/python benchmarks/step_patterns.py [--tensors 1000] [--size 256] [--separate 100]
-        [--repeats 25] [--json FILE]
+        [--repeats 25] [--no-spin] [--json FILE]
 
 Two ranks on this host (`tfring run -np 2`, one intra-op thread each). Each pattern is one
 `tf.function`, timed as the median of `--repeats` calls (after two untimed ones, each call behind
@@ -142,6 +142,13 @@ def worker(args):
 
     import tfring
 
+    if args.no_spin:  # before TensorFlow's context starts: its thread pools are made then
+        from tensorflow.core.protobuf import config_pb2
+        from tensorflow.python.eager import context
+
+        config = config_pb2.ConfigProto()
+        config.experimental.disable_thread_spinning = True
+        context.context()._config = config
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tfring.init()
     peers = {"tf": lambda ts: tf.identity_n(ts), "tfring": lambda ts: tfring.ops.allreduce(ts, op="sum")}
@@ -164,7 +171,7 @@ def worker(args):
 def run_job(args):
     cmd = [sys.executable, "-m", "tfring", "run", "-np", "2", sys.executable, HERE, "--worker",
            "--tensors", str(args.tensors), "--size", str(args.size), "--separate", str(args.separate),
-           "--repeats", str(args.repeats)]
+           "--repeats", str(args.repeats)] + (["--no-spin"] if args.no_spin else [])
     job = subprocess.run(cmd, capture_output=True, text=True, env=_quiet_env(), timeout=1800)
     if job.returncode != 0:
         sys.exit(f"the job failed:\n{(job.stdout + job.stderr)[-3000:]}")
@@ -192,6 +199,9 @@ def main():
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--separate", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--no-spin", action="store_true",
+                        help="TensorFlow's thread pools block at once instead of spinning for work "
+                             "(ConfigProto.experimental.disable_thread_spinning), in both peers")
     parser.add_argument("--json", help="also write the raw samples here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
