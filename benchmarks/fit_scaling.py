@@ -1,6 +1,7 @@
 """model.fit throughput: RingStrategy on 1 and 2 ranks beside MirroredStrategy and MWMS, in one run.
 
-    python benchmarks/fit_scaling.py [--parts scaling,pinned,one-rank] [--rounds 5] [--json results.json]
+    python benchmarks/fit_scaling.py [--parts scaling,pinned,overhead,one-rank] [--rounds 5] [--model cnn]
+        [--json results.json]
 
 A small CNN on synthetic 32x32x3 images, 64 images per replica per step (weak scaling), one
 intra-op thread per process. Each run's figure is the median of 5 calls of fit (2 epochs each,
@@ -22,6 +23,9 @@ autotuning off with one core or less per process: tfring/strategy/data_autotunin
   lockstep (each step at the slower one's time for it, from per-step clocks): a synchronous job
   waits at every step for its slowest rank, so on a machine whose step times vary it cannot reach
   the sum of two processes that never wait for each other.
+- overhead: the pinned part's first comparison alone (2 pinned ranks against 2 pinned processes).
+  With `--model bn24` (24 Conv+BatchNorm blocks, 122 variables, 16 images per replica) it shows
+  what a batch-norm-heavy step pays; `--model plain24` is the same net without BatchNorm (50).
 - one-rank: one rank under RingStrategy against the same script with no strategy, unpinned and
   pinned to one core.
 """
@@ -36,12 +40,17 @@ import time
 from tfring.launch.addresses import free_port
 
 HERE = os.path.abspath(__file__)
-PER_REPLICA = 64
+# The model (`--model`, handed to the workers as FIT_SCALING_MODEL) and its images per replica per step.
+MODELS = {"cnn": 64, "bn24": 16, "plain24": 16}
+MODEL = os.environ.get("FIT_SCALING_MODEL", "cnn")
+PER_REPLICA = MODELS[MODEL]
 STEPS = 40
 FITS = 5
 
 
 def _model(keras):
+    if MODEL in ("bn24", "plain24"):
+        return _deep24(keras, batch_norm=MODEL == "bn24")
     return keras.Sequential([
         keras.Input((32, 32, 3)),
         keras.layers.Conv2D(32, 3, activation="relu"),
@@ -52,6 +61,18 @@ def _model(keras):
         keras.layers.Dense(128, activation="relu"),
         keras.layers.Dense(10),
     ])
+
+
+def _deep24(keras, batch_norm):
+    """24 blocks of Conv2D + ReLU at 16x16x16, then a classifier. With `batch_norm` each
+    convolution (then without bias) is followed by a BatchNormalization: 122 variables, 96 of them
+    batch-norm's (a batch-norm-heavy step); without, 50 variables."""
+    layers = [keras.Input((32, 32, 3))]
+    for k in range(24):
+        layers.append(keras.layers.Conv2D(16, 3, strides=2 if k == 0 else 1, padding="same", use_bias=not batch_norm))
+        layers += [keras.layers.BatchNormalization()] if batch_norm else []
+        layers.append(keras.layers.ReLU())
+    return keras.Sequential(layers + [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
 
 
 def _data(replicas):
@@ -329,6 +350,7 @@ RUNS = {
 PARTS = {
     "scaling": ["ring1", "ring2", "alone2", "mirrored", "mwms"],
     "pinned": ["ring2-pinned", "ring2-pinned-off", "alone2-pinned", "alone2-pinned-autotune"],
+    "overhead": ["ring2-pinned", "alone2-pinned"],
     "one-rank": ["ring1", "alone1", "ring1-pinned", "alone1-pinned"],
 }
 # (tfring run, its ceiling) for the overhead table.
@@ -362,7 +384,7 @@ def _print_scaling(med, labels, rounds):
     keys = [k for k in PARTS["scaling"] if k in med]
     if keys == ["ring1"] or not keys:  # the scaling part was not run
         return
-    print(f"\nmodel.fit throughput, small CNN, {PER_REPLICA} images per replica per step, "
+    print(f"\nmodel.fit throughput, {MODEL}, {PER_REPLICA} images per replica per step, "
           f"{os.cpu_count()} cores, medians of {rounds} interleaved rounds")
     print(f"| {'peer':<52} | {'images/s':>9} | {'x tfring 2 ranks':>16} |")
     print(f"|{'-' * 54}|{'-' * 10}:|{'-' * 17}:|")
@@ -380,7 +402,7 @@ def print_overhead(med, samples, labels, rounds):
     rows = [(a, b) for a, b in OVERHEAD if a in med and b in med]
     if not rows:
         return
-    print(f"\nper-step overhead: tfring against its ceiling (no strategy, same per-rank work), "
+    print(f"\nper-step overhead, {MODEL}: tfring against its ceiling (no strategy, same per-rank work), "
           f"medians of {rounds} interleaved rounds")
     print(f"| {'run':<52} | {'images/s':>9} | {'ceiling':>9} | {'of ceiling':>10} | {'per round':>17} |")
     print(f"|{'-' * 54}|{'-' * 10}:|{'-' * 10}:|{'-' * 11}:|{'-' * 18}:|")
@@ -418,16 +440,22 @@ def print_steps(med, labels, rounds):
 
 
 def main():
+    global MODEL, PER_REPLICA
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", choices=["ring", "ring-off", "alone", "alone-autotune", "mirrored", "mwms"])
     parser.add_argument("--parts", default="scaling,pinned,one-rank",
                         help=f"comma-separated, of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model", choices=sorted(MODELS), default=MODEL,
+                        help="cnn: the small CNN, 64 images per replica (default); bn24: 24 Conv+BatchNorm "
+                             "blocks, 16 images per replica; plain24: the same without BatchNorm")
     parser.add_argument("--json", default="benchmarks/fit_scaling_results.json")
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
         return 0
+    MODEL, PER_REPLICA = args.model, MODELS[args.model]
+    os.environ["FIT_SCALING_MODEL"] = MODEL  # the workers' environment (`_env`) starts from this one
     if args.rounds < 5:
         parser.error("--rounds must be at least 5 (this machine is noisy)")
     parts = args.parts.split(",")
