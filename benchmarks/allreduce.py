@@ -48,14 +48,23 @@ def tensors(workload, seed):
 
 def time_calls(fn, barrier, repeats):
     """Seconds of `repeats` calls of `fn`, after two untimed ones, each call behind a `barrier()`."""
-    fn()  # warm-up (and tracing)
-    fn()
-    samples = []
+    return paired_calls({"fn": fn}, barrier, repeats)["fn"]
+
+
+def paired_calls(calls, barrier, repeats):
+    """Seconds of `repeats` calls of each of `calls` (a dict of functions), taken in turns so that
+    the machine's slow spells fall on every one alike; two untimed calls of each first (warm-up and
+    tracing), each timed call behind a `barrier()`."""
+    for call in calls.values():
+        call()
+        call()
+    samples = {name: [] for name in calls}
     for _ in range(repeats):
-        barrier()
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
+        for name, call in calls.items():
+            barrier()
+            start = time.perf_counter()
+            call()
+            samples[name].append(time.perf_counter() - start)
     return samples
 
 

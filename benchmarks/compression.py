@@ -32,6 +32,7 @@ import time
 
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(HERE))
+from allreduce import parse_results  # noqa: E402
 from multihost import WORKER_ENV  # noqa: E402
 from multihost import run_launcher  # noqa: E402
 from multihost import _kill_leftovers  # noqa: E402
@@ -60,8 +61,8 @@ def compressor(name, warmup=WARMUP):
 
 def last_result(out):
     """The dict of the last `RESULT {...}` line a job printed (`[0] RESULT {...}`), or None."""
-    lines = [line.split("RESULT ", 1)[1] for line in out.splitlines() if "RESULT " in line]
-    return json.loads(lines[-1]) if lines else None
+    results = parse_results(out)
+    return results[-1] if results else None
 
 
 def _tx_bytes():

@@ -36,6 +36,7 @@ HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(HERE))
 from allreduce import _quiet_env  # noqa: E402
 from allreduce import core_step  # noqa: E402
+from allreduce import paired_calls  # noqa: E402
 from allreduce import parse_results  # noqa: E402
 from allreduce import report  # noqa: E402
 
@@ -121,22 +122,6 @@ def _each(step, arrays):
     return run
 
 
-def _paired(calls, barrier, repeats):
-    """Seconds of `repeats` calls of each of `calls` (a dict), taken in turns so that the machine's
-    slow spells fall on every peer alike; each call behind a `barrier()`, after two untimed ones."""
-    for call in calls.values():
-        call()
-        call()
-    samples = {peer: [] for peer in calls}
-    for _ in range(repeats):
-        for peer, call in calls.items():
-            barrier()
-            start = time.perf_counter()
-            call()
-            samples[peer].append(time.perf_counter() - start)
-    return samples
-
-
 def worker(args):
     import tensorflow as tf
 
@@ -163,7 +148,7 @@ def worker(args):
             if name == "separate":
                 started_step = separately_started(_variables(count, size, tfring.rank()))
                 calls["started"] = lambda: _wait(started_step())
-        samples = _paired(calls, tfring.ops.barrier, args.repeats)
+        samples = paired_calls(calls, tfring.ops.barrier, args.repeats)
         if tfring.rank() == 0:
             report(name, samples, f"{count} x {size} float32")
 

@@ -77,23 +77,22 @@ class TwoLegCompressor:
         hosts = None
         if self.hierarchical and bucket.process_set == 0 and bucket.size > 1:
             hosts = state.host_sets()
-        how = (_Hierarchical if hosts else _Flat)(state, bucket, floating, self, self.error_feedback, hosts)
+        how = _Hierarchical(state, bucket, floating, self, hosts) if hosts else _Flat(state, bucket, floating, self)
         return bucket.compressed_after_warmup(floating, state.iteration, self.warmup_steps, how)
 
 
 class _Flat:
     """The two legs over the bucket's ranks; worker errors kept per gradient."""
 
-    def __init__(self, state, bucket, floating, codec, error_feedback, hosts=None):
-        del hosts
+    def __init__(self, state, bucket, floating, codec):
         self.bucket, self.codec, self.state = bucket, codec, state
         self.grads = [bucket.gradients[k] for k in floating]
         self.layout = Layout([g.shape.num_elements() for g in self.grads], parts=1, chunks=bucket.size)
         self.errors, self.server = [], None
-        if error_feedback:
-            self.errors = [state.memory("worker_error", bucket.variables[k], bucket.gradients[k], _zeros,
+        if codec.error_feedback:
+            self.errors = [state.memory("worker_error", bucket.variables[k], bucket.gradients[k], tf.zeros,
                                         dtype=tf.float32, position=(bucket.index, k)) for k in floating]
-            self.server = state.memory("server_error", [bucket.variables[k] for k in floating], self.grads[0], _zeros,
+            self.server = state.memory("server_error", [bucket.variables[k] for k in floating], self.grads[0], tf.zeros,
                                        shape=[self.layout.chunk], dtype=tf.float32, position=(bucket.index, "server"))
 
     def __call__(self):
@@ -113,16 +112,16 @@ class _Hierarchical:
     """An exact reduce-scatter inside the host, the two legs of this rank's part between the hosts,
     and an allgather inside the host; the worker error is kept per part."""
 
-    def __init__(self, state, bucket, floating, codec, error_feedback, hosts):
+    def __init__(self, state, bucket, floating, codec, hosts):
         self.bucket, self.codec, self.state, self.hosts = bucket, codec, state, hosts
         self.grads = [bucket.gradients[k] for k in floating]
         owners = [bucket.variables[k] for k in floating]
         self.layout = Layout([g.shape.num_elements() for g in self.grads], parts=hosts.local_size, chunks=hosts.hosts)
         self.error = self.server = None
-        if error_feedback:
-            self.error = state.memory("worker_error", owners, self.grads[0], _zeros, shape=[self.layout.part],
+        if codec.error_feedback:
+            self.error = state.memory("worker_error", owners, self.grads[0], tf.zeros, shape=[self.layout.part],
                                       dtype=tf.float32, position=(bucket.index, "part"))
-            self.server = state.memory("server_error", owners, self.grads[0], _zeros, shape=[self.layout.chunk],
+            self.server = state.memory("server_error", owners, self.grads[0], tf.zeros, shape=[self.layout.chunk],
                                        dtype=tf.float32, position=(bucket.index, "server"))
 
     def __call__(self):
@@ -243,9 +242,7 @@ def segment_sums(values, lengths):
 
     >>> segment_sums(tf.ones([1, 8]), [[5, 3]])   # [[5.0, 3.0]]
     """
-    lengths = np.asarray(lengths, np.int64)
-    parts = tf.split(tf.reshape(values, [-1]), lengths.ravel().tolist())
-    return tf.reshape(tf.stack([tf.reduce_sum(p) for p in parts]), lengths.shape)
+    return _per_segment(values, lengths, tf.reduce_sum)
 
 
 def segment_maxima(values, lengths):
@@ -262,9 +259,7 @@ def segment_maxima(values, lengths):
 
     >>> segment_maxima(tf.abs(chunks), lengths)
     """
-    lengths = np.asarray(lengths, np.int64)
-    parts = tf.split(tf.reshape(values, [-1]), lengths.ravel().tolist())
-    return tf.reshape(tf.stack([tf.maximum(tf.reduce_max(p), 0.0) for p in parts]), lengths.shape)
+    return _per_segment(values, lengths, lambda part: tf.maximum(tf.reduce_max(part), 0.0))
 
 
 def times_segment(values, factors, lengths):
@@ -282,10 +277,21 @@ def times_segment(values, factors, lengths):
 
     >>> times_segment(signs, scales, lengths)   # each sign at its segment's scale
     """
-    lengths = np.asarray(lengths, np.int64)
+    lengths, parts = _split(values, lengths)
     flat_factors = tf.unstack(tf.reshape(factors, [-1]), num=lengths.size)
-    parts = [p * f for p, f in zip(tf.split(tf.reshape(values, [-1]), lengths.ravel().tolist()), flat_factors)]
-    return tf.reshape(tf.concat(parts, axis=0), tf.shape(values))
+    return tf.reshape(tf.concat([p * f for p, f in zip(parts, flat_factors)], axis=0), tf.shape(values))
+
+
+def _split(values, lengths):
+    """`lengths` as an int64 array, and `values` cut into its segments, in order."""
+    lengths = np.asarray(lengths, np.int64)
+    return lengths, tf.split(tf.reshape(values, [-1]), lengths.ravel().tolist())
+
+
+def _per_segment(values, lengths, reduce):
+    """`reduce` of each segment of `values`, shaped like `lengths`."""
+    lengths, parts = _split(values, lengths)
+    return tf.reshape(tf.stack([reduce(p) for p in parts]), lengths.shape)
 
 
 def _seed(state, bucket):
@@ -306,6 +312,3 @@ def _shaped_like(vector, grads, updates):
         return [tf.cast(tf.reshape(part, tf.shape(g)), g.dtype)
                 for part, g in zip(tf.split(vector, [g.shape.num_elements() for g in grads]), grads)]
 
-
-def _zeros(shape, dtype):
-    return tf.zeros(shape, dtype)
