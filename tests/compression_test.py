@@ -209,7 +209,6 @@ tensor_ids[:length] = np.repeat([0, 1], [grads[0][0].size, grads[0][1].size])
 tensor_ids = tensor_ids.reshape(size, chunk)
 
 
-
 @tf.function
 def onebit_step():
     return runner.run(onebit, onebit_state, [[tf.constant(mine[0]), tf.constant(mine[1])]], "mean", overlap=False,
@@ -226,7 +225,12 @@ print("ONEBIT", json.dumps({
                                   - expected_bits))),
     "same": same_on_every_rank([got_bits[0], got_bits[1]]),
     "server_error": float(np.max(np.abs(onebit_state.memories("server_error")[0].numpy()
-                                        - (np.mean([w[rank] for w in workers], axis=0) - servers[rank]))))}))
+                                        - (np.mean([w[rank] for w in workers], axis=0) - servers[rank])))),
+    # "sum" (gradient accumulation's weighed sum, Horovod's op=Sum): the same approximation, times the ranks.
+    "sum_approx": float(np.max(np.abs(np.concatenate([t.numpy().ravel() for t in runner.run(
+        tfring.compression.OneBit(warmup_steps=0), tfring.compression.OneBit().new_state(),
+        [[tf.constant(mine[0]), tf.constant(mine[1])]], "sum", overlap=False, size=size,
+        variables=[variables[:2]])[0]]) - size * expected_bits)))}))
 
 # fit under RingStrategy and under hvd.DistributedOptimizer: ranks identical, training converges.
 X = rng.standard_normal((384, 32)).astype("float32")
@@ -332,6 +336,7 @@ def test_compressors_are_numpys_and_train_with_ranks_identical(ranks):
         assert numpy["same"] and numpy["errors_differ"] and numpy["iteration"] == 3, numpy
         one_bit = json.loads([l for l in lines if l.startswith("ONEBIT ")][0][len("ONEBIT "):])
         assert one_bit["approx"] < 1e-5 and one_bit["same"] and one_bit["server_error"] < 1e-5, one_bit
+        assert one_bit["sum_approx"] < 1e-4, one_bit
         fits = _fits(lines)
         for name, r in fits.items():
             assert r["same"], (name, r)  # every rank applied the same approximation
@@ -409,12 +414,19 @@ for l in range(2):
         own_error = host_sums[rank // 2][l * 2 * chunk:(l + 1) * 2 * chunk] - workers[rank // 2].ravel()
 expected = np.concatenate(parts)[:length] / 2  # the mean over hosts of host sums, over 2 ranks a host
 sets = state.host_sets()
+sum_bit = tfring.compression.OneBit(warmup_steps=0)
+sum_state = sum_bit.new_state()
+sum_got = np.concatenate([t.numpy().ravel() for t in tf.function(lambda: runner.run(
+    sum_bit, sum_state, [[tf.constant(g) for g in grads[rank]]], "sum", overlap=False, size=size,
+    variables=[variables]))()[0]])
 print("HIER", json.dumps({
     "sets": [sets.local_size, sets.hosts, sets.local_rank, sets.host],
     "warm_up_exact": bool(np.allclose(warm[0], np.mean([g[0] for g in grads], axis=0), atol=1e-6)),
     "approx": float(np.max(np.abs(got - expected))),
     "worker_error": float(np.max(np.abs(state.memories("worker_error")[0].numpy() - own_error))),
-    "same": same_on_every_rank([got])}))
+    "same": same_on_every_rank([got]),
+    "sum_approx": float(np.max(np.abs(sum_got - size * expected))),  # "sum": the same, times the 4 ranks
+}))
 
 # QSGD on the same path: host sums rounded to 8 bits twice, within two levels of their largest.
 qsgd = tfring.compression.QSGD()
@@ -449,7 +461,7 @@ def test_one_bit_reduces_inside_each_host_and_compresses_between_hosts():
         got = json.loads([l for l in lines if l.startswith("HIER ")][0][len("HIER "):])
         assert got["sets"] == [2, 2, rank % 2, rank // 2], got
         assert got["warm_up_exact"] and got["same"], got
-        assert got["approx"] < 1e-5 and got["worker_error"] < 1e-5, got
+        assert got["approx"] < 1e-5 and got["worker_error"] < 1e-5 and got["sum_approx"] < 1e-4, got
         qsgd = json.loads([l for l in lines if l.startswith("HIERQSGD ")][0][len("HIERQSGD "):])
         assert 0 < qsgd["levels"] <= 2.0 * (1 + 1e-4) and qsgd["same"], qsgd
         fit = json.loads([l for l in lines if l.startswith("HIERFIT ")][0][len("HIERFIT "):])
