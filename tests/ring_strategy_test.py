@@ -360,6 +360,86 @@ def test_batch_norm_moving_statistics_are_averaged_across_ranks(warm, tmp_path):
     assert np.all(r0[4:] <= single[4:] * 1.05)
 
 
+STATISTICS = r'''
+import json, os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+keras.utils.set_random_seed(0)
+
+
+class Running(keras.layers.Layer):
+    """Running statistics that a step reads right after assigning them (a layer called twice)."""
+
+    def build(self, shape):
+        self.mean = self.add_weight(shape=shape[1:], initializer="zeros", trainable=False, name="mean")
+        self.seen = self.add_weight(shape=(), initializer="zeros", trainable=False, name="seen")
+
+    def call(self, x, training=False):
+        if training:
+            self.mean.assign(self.mean * 0.5 + tf.reduce_mean(x, axis=0) * 0.5)
+            self.seen.assign_add(tf.reduce_mean(x))
+        return x + self.mean * self.seen  # read after the assignments
+
+
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.running = Running()
+        self.inner = Running()
+        self.head = keras.layers.Dense(1)
+
+    def call(self, x, training=False):
+        h = self.running(x, training=training)
+        h = self.running(h * 0.5, training=training)  # the same layer again: its statistics are read
+        h = self.inner(h, training=training)
+        h = tf.cond(tf.reduce_sum(h) > -1e30, lambda: self.inner(h, training=training),
+                    lambda: self.inner(h * 2.0, training=training))  # read and assigned in a nested graph
+        return self.head(self.inner(h, training=training))  # and once more outside it
+
+
+rng = np.random.default_rng(0)
+x = (rng.standard_normal((64, 3)) + [1.0, -2.0, 0.5]).astype("float32")
+y = x.sum(1, keepdims=True).astype("float32")
+strategy = tfring.RingStrategy()
+with strategy.scope():
+    model = Net()
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+before = tfring.traffic()["allreduce"]["calls"] if strategy.size > 1 else 0
+model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+calls = (tfring.traffic()["allreduce"]["calls"] - before) if strategy.size > 1 else 0
+values = {v.path: np.asarray(v).tolist() for v in model.weights}
+print("RESULT " + json.dumps({"rank": strategy.rank, "size": strategy.size, "weights": values,
+                              "allreduces_per_step": calls / 4}))
+'''
+
+
+def test_statistics_read_inside_the_step_see_every_earlier_assignment(warm):
+    # Statistics wait for one collective at the step's end; a read of a waiting one (a layer called
+    # twice, a read after an assign_add, a batch norm inside a tf.cond and again outside) first
+    # reduces and assigns them, so the job follows one process's sequence of reads and writes.
+    alone = warm.run_alone(STATISTICS)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    job = warm.run_job(2, STATISTICS)
+    assert job.returncode == 0, job.stderr[-3000:]
+    one = json.loads(next(line for line in alone.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    ranks = [json.loads(next(line for line in rank_lines(job.stdout, r) if line.startswith("RESULT "))[7:])
+             for r in range(2)]
+    assert ranks[0]["weights"] == ranks[1]["weights"], "ranks differ"
+    assert sorted(one["weights"]) == sorted(ranks[0]["weights"])
+    for name, value in one["weights"].items():
+        # The statistics are means over the rows: the mean of the ranks' means is the global one up
+        # to rounding. A read that missed an assignment would be off by far more.
+        np.testing.assert_allclose(ranks[0]["weights"][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # The step's own statistics travel together: fewer collectives than its 12 assignments (the
+    # reads force 4 early reductions; the 2 inside the tf.cond are reduced at once).
+    assert ranks[0]["allreduces_per_step"] <= 9, ranks[0]["allreduces_per_step"]
+
+
 SHARDS = r'''
 import glob, json, os
 import numpy as np

@@ -70,6 +70,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.inputs = distributed.RankInputs(self, rank, size)
         self.step_rows = None  # the StepRows of the step being traced (see step_rows)
         self.updating_by_delta = False  # an assign_add/assign_sub is being reduced (rank_statistics)
+        self.statistics = None  # the StepStatistics whose assignments wait for the step's end (rank_statistics)
         self.gradient_frame = None  # what the optimizer's door did in the apply being traced (door)
         self.reducing_gradients = None  # Keras' own gradient all-reduce is traced: its variables (door)
 
@@ -170,7 +171,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         kwargs = distribute_utils.select_replica(0, kwargs)
         since = ordering.mark()
         with tf.device(self._device), _RingReplicaContext(strategy, self._rank):
-            outer = self.step_rows
+            outer, outer_statistics = self.step_rows, self.statistics
             if self._size > 1:
                 # A call inside a step (LossScaleOptimizer's merge path) belongs to that step's rows.
                 self.step_rows = outer or step_rows.StepRows.of((args, kwargs), self._size)
@@ -179,10 +180,14 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
                     # them, and a count that arrives late (behind the backward pass's kernels)
                     # would hold the first bucket back until the backward pass ends.
                     args, kwargs = self.step_rows.after_counts((args, kwargs))
+                    if since is not None:  # (a step traced in a graph)
+                        self.statistics = rank_statistics.StepStatistics(self.step_rows, since)
             try:
                 outputs = fn(*args, **kwargs)
+                if self.statistics is not outer_statistics:
+                    self.statistics.flush()  # the step's statistics, in one collective
             finally:
-                self.step_rows = outer
+                self.step_rows, self.statistics = outer, outer_statistics
         if self._size == 1:
             return outputs
         # After everything the step ran, collectives in nested graphs included (ordering).
@@ -238,7 +243,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             local = tf.convert_to_tensor(local)
             if rows is not None and reduce_op == tf.distribute.ReduceOp.MEAN and local.dtype.is_floating:
                 # A variable assigned in the step (batch-norm statistics).
-                return rank_statistics.mean_over_ranks(rows, local, self.updating_by_delta)
+                return rank_statistics.mean_over_ranks(rows, [local], [self.updating_by_delta])[0]
             return self._reduce_values(reduce_op, [local])[0]
 
         return tf.nest.map_structure(one, value)
