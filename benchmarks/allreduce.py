@@ -51,6 +51,18 @@ def time_calls(fn, barrier, repeats):
     return paired_calls({"fn": fn}, barrier, repeats)["fn"]
 
 
+def cpu_calls(fn, barrier, repeats):
+    """`time_calls`, and this process's CPU seconds (user + system, every thread) per timed call.
+
+    The CPU is counted over the timed calls and their barriers, after a first call (tracing,
+    connections) left out: what each call costs the machine, beside what it takes on the clock.
+    """
+    fn()
+    start = time.process_time()
+    samples = time_calls(fn, barrier, repeats)
+    return samples, (time.process_time() - start) / (repeats + 2)
+
+
 def paired_calls(calls, barrier, repeats):
     """Seconds of `repeats` calls of each of `calls` (a dict of functions), taken in turns so that
     the machine's slow spells fall on every one alike; two untimed calls of each first (warm-up and
@@ -113,11 +125,14 @@ def identity_step(arrays):
     return run
 
 
-def report(peer, samples, note=""):
-    """Prints the RESULT line the orchestrator parses (`_parse`): seconds per sample and workload."""
+def report(peer, samples, note="", cpu=None):
+    """Prints the RESULT line the orchestrator parses (`_parse`): seconds per sample and workload,
+    and, where given, this process's CPU seconds per call by workload (`cpu_calls`)."""
     result = {"peer": peer, "samples": samples}
     if note:
         result["note"] = note
+    if cpu:
+        result["cpu"] = cpu
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -83,11 +83,17 @@ def worker_tfring(args):
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tfring.init()
-    samples = {w: allreduce.time_calls(allreduce.tfring_step(_arrays(w, tfring.rank())), tfring.ops.barrier,
-                                       args.repeats)
-               for w in args.workloads}
+    samples, cpu = _with_cpu({w: lambda w=w: allreduce.cpu_calls(allreduce.tfring_step(_arrays(w, tfring.rank())),
+                                                                 tfring.ops.barrier, args.repeats)
+                              for w in args.workloads})
     if tfring.rank() == 0:
-        allreduce.report("tfring", samples, f"transport: {tfring.transport_name()}")
+        allreduce.report("tfring", samples, f"transport: {tfring.transport_name()}", cpu=cpu)
+
+
+def _with_cpu(measures):
+    """({workload: samples}, {workload: CPU seconds per call}) from {workload: a cpu_calls call}."""
+    results = {w: measure() for w, measure in measures.items()}
+    return {w: r[0] for w, r in results.items()}, {w: r[1] for w, r in results.items()}
 
 
 def worker_core(args):
@@ -119,16 +125,16 @@ def worker_mpi(args):
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    samples = {}
+    samples, cpu = {}, {}
     for workload in args.workloads:
         per_tensor, packed = allreduce.mpi_steps(comm, _arrays(workload, comm.rank))
         if workload == "resnet50":
             samples["resnet50 per-tensor"] = allreduce.time_calls(per_tensor, comm.Barrier, args.repeats)
-        samples[workload] = allreduce.time_calls(packed, comm.Barrier, args.repeats)
+        samples[workload], cpu[workload] = allreduce.cpu_calls(packed, comm.Barrier, args.repeats)
     hosts = comm.gather(socket.gethostname())
     if comm.rank == 0:
         version = MPI.Get_library_version().split(",")[0]
-        allreduce.report("mpi", samples, f"{version}, ranks on hosts {','.join(hosts)}")
+        allreduce.report("mpi", samples, f"{version}, ranks on hosts {','.join(hosts)}", cpu=cpu)
 
 
 # ---- the peers' jobs ----
@@ -232,6 +238,7 @@ class Bench:
     def __init__(self, hosts, args, peers):
         self.hosts, self.args, self.peers = hosts, args, peers
         self.samples = {}  # (rate, layout, peer, workload) -> seconds
+        self.cpu = {}  # (rate, layout, peer, workload) -> rank 0's CPU seconds per call, one per job
         self.notes = {}  # peer -> note from its worker (transport, library version)
         self.links = {}  # rate -> measure_link(...)
         self.commands = {}  # (peer, layout) -> the command line, printed once
@@ -259,6 +266,8 @@ class Bench:
             self.notes[peer] = result.get("note", "")
             for workload, seconds in result["samples"].items():
                 self.samples.setdefault((rate, layout, peer, workload), []).extend(seconds)
+            for workload, seconds in result.get("cpu", {}).items():
+                self.cpu.setdefault((rate, layout, peer, workload), []).append(seconds)
 
     def _job(self, peer, per_host, rate):
         """Runs the job; returns `(command line, stdout with the RESULT line, stderr)`."""
@@ -288,6 +297,17 @@ class Bench:
             return None
         mid = len(seconds) // 2
         return 1e3 * (seconds[mid] if len(seconds) % 2 else (seconds[mid - 1] + seconds[mid]) / 2)
+
+    def cpu_per_gb(self, rate, layout, peer, workload):
+        """Rank 0's CPU seconds per GB (10^9 bytes) it sends, median over jobs, or None.
+
+        A ring allreduce sends 2(P-1)/P of the workload from each rank (and receives as much)."""
+        per_call = sorted(self.cpu.get((rate, layout, peer, workload), []))
+        if not per_call:
+            return None
+        ranks = 2 * int(layout.split("x")[1])
+        sent = report.workload_bytes(workload) * 2 * (ranks - 1) / ranks
+        return per_call[len(per_call) // 2] / (sent / 1e9)
 
     def busbw(self, rate, layout, peer, workload):
         """Bus bandwidth in Gbit/s: bytes*8 / median time * 2(P-1)/P, or None."""

@@ -93,6 +93,9 @@ def print_table(bench, rate, layout):
               f"| {_pct(bw['tfring'], nominal)} | {_num(ms['tfring'], '.2f')} | {_num(bw['mpi'], '.3f')} "
               f"| {_num(ms['mpi'], '.2f')} | {_num(bw['mwms'], '.3f')} | {_num(ms['mwms'], '.2f')} "
               f"| {_num(ratio, '.2f')} |")
+    cells = [f"{workload_label(w)} {_num(bench.cpu_per_gb(rate, layout, 'tfring', w), '.2f')} / "
+             f"{_num(bench.cpu_per_gb(rate, layout, 'mpi', w), '.2f')}" for w in bench.args.workloads]
+    print("CPU seconds per GB each rank sends (rank 0's process, every thread; tfring / OpenMPI): " + ", ".join(cells))
     per_tensor = bench.busbw(rate, layout, "mpi", "resnet50 per-tensor")
     if per_tensor is not None:
         print(f"OpenMPI on ResNet-50 grads, one MPI_Allreduce per tensor instead of one on a packed buffer: "
@@ -152,7 +155,8 @@ def print_commands(bench):
 def write_json(bench, path, unshaped):
     """Every sample, with its median and busbw, the link rates, notes and command lines."""
     rows = [{"rate_mbit": r, "layout": l, "peer": p, "workload": w, "bytes": workload_bytes(w.split()[0]),
-             "median_ms": bench.median_ms(r, l, p, w), "busbw_gbit": bench.busbw(r, l, p, w), "samples": s}
+             "median_ms": bench.median_ms(r, l, p, w), "busbw_gbit": bench.busbw(r, l, p, w),
+             "cpu_s_per_gb_sent": bench.cpu_per_gb(r, l, p, w), "samples": s}
             for (r, l, p, w), s in bench.samples.items()]
     with open(path, "w") as f:
         json.dump({"rows": rows, "links_gbit": {rate_label(r): v for r, v in bench.links.items()},
