@@ -440,6 +440,48 @@ def test_statistics_read_inside_the_step_see_every_earlier_assignment(warm):
     assert ranks[0]["allreduces_per_step"] <= 9, ranks[0]["allreduces_per_step"]
 
 
+STALE_READ = r'''
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+
+
+class Running(keras.layers.Layer):
+    def build(self, shape):
+        self.mean = self.add_weight(shape=shape[1:], initializer="zeros", trainable=False, name="mean")
+
+    @tf.function
+    def current(self):
+        return self.mean + 0.0
+
+    def call(self, x, training=False):
+        before = self.current()  # traced here, before the assignment
+        if training:
+            self.mean.assign(self.mean * 0.5 + tf.reduce_mean(x, axis=0) * 0.5)
+        return x + before + self.current()  # the same traced function: it bypasses the variable
+
+
+strategy = tfring.RingStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.Input((3,)), Running(), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+x = np.ones((16, 3), "float32")
+model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0)
+print("TRAINED")
+'''
+
+
+def test_a_statistic_read_past_the_variable_fails_saying_so():
+    # A tf.function traced before the assignment and called again after it reads the variable's
+    # handle directly: it would see the value from before the step's reduction, so the step refuses.
+    job = run_job(2, STALE_READ, env=QUIET_ENV, timeout=300)
+    assert job.returncode != 0 and "TRAINED" not in job.stdout
+    assert "reads the variable" in job.stderr and "traced before and called again" in job.stderr, job.stderr[-3000:]
+
+
 SHARDS = r'''
 import glob, json, os
 import numpy as np

@@ -116,11 +116,11 @@ class StepStatistics:
         self.rows = rows
         self.since = since
         self.graph = since[0]
-        self._waiting = []  # (variable, kind, value) in program order
+        self._waiting = []  # (variable, kind, value, ops in the graph when it began to wait) in program order
 
     def holds(self, variable):
         """Whether an assignment to `variable` waits."""
-        return any(v is variable for v, _, _ in self._waiting)
+        return any(w[0] is variable for w in self._waiting)
 
     def add(self, variable, kind, value, read_value):
         """Makes an assignment wait for the step's collective.
@@ -134,9 +134,11 @@ class StepStatistics:
         Returns:
             The variable, or a no-op when `read_value` is False.
         """
+        value = tf.convert_to_tensor(value, dtype=variable.dtype)
+        variable.shape.assert_is_compatible_with(value.shape)
         if self.holds(variable):
             self.flush()  # its earlier assignment first, as if each were reduced at once
-        self._waiting.append((variable, kind, tf.convert_to_tensor(value, dtype=variable.dtype)))
+        self._waiting.append((variable, kind, value, len(self.graph.get_operations())))
         return variable if read_value else tf.no_op()
 
     def flush(self):
@@ -148,17 +150,47 @@ class StepStatistics:
         waiting, self._waiting = self._waiting, []
         if not waiting:
             return []
+        _refuse_stale_reads(self.graph, waiting)
+
         def reduce_and_assign():
-            reduced = mean_over_ranks(self.rows, [value for _, _, value in waiting],
-                                      [kind != "assign" for _, kind, _ in waiting])
+            reduced = mean_over_ranks(self.rows, [w[2] for w in waiting], [w[1] != "assign" for w in waiting])
             # The single component, directly: the values are reduced already.
-            return [getattr(variable._values[0], kind)(value, read_value=False)
-                    for (variable, kind, _), value in zip(waiting, reduced)]
+            return [getattr(w[0]._values[0], w[1])(value, read_value=False) for w, value in zip(waiting, reduced)]
 
         # A read inside a nested graph (a tf.cond branch) flushes into the step's graph, before
         # the op that runs the nested graph.
         with self.graph.as_default():
             return ordering.after_ops_since(self.since, reduce_and_assign)
+
+
+def _refuse_stale_reads(graph, waiting):
+    """Raises if an op built while a statistic waited took the variable's handle without reading
+    it through the mirrored variable (which would have reduced it first): a `tf.function` traced
+    before and called again, a loaded function. That op would read the value from before the
+    step's assignment, where each assignment reduced at once gave it the new one.
+
+    Args:
+        graph: the step's graph.
+        waiting: the entries about to be reduced (variable, kind, value, ops when it began to wait).
+
+    Raises:
+        ValueError: naming the op and the variable.
+    """
+    captured = {id(external): internal for external, internal in getattr(graph, "captures", [])}
+    operations = graph.get_operations()
+    for variable, _, _, since in waiting:
+        handle = captured.get(id(variable._values[0].handle))
+        if handle is None:
+            continue
+        for op in operations[since:]:
+            if any(t is handle for t in op.inputs):
+                raise ValueError(
+                    f"tfring: {op.name!r} reads the variable {variable.name!r} after this step assigned it, "
+                    f"without going through the variable (a tf.function traced before and called again, or a "
+                    f"loaded function). RingStrategy averages a step's assigned statistics across ranks together "
+                    f"at the step's end, and reduces them early when the variable is read; this read would see "
+                    f"the value from before the assignment. Read the variable itself in the step (not through a "
+                    f"function traced earlier), or move the read before the assignment.")
 
 
 def mean_over_ranks(rows, values, by_delta):
