@@ -19,13 +19,15 @@ How, by where the collective is built:
   dependency on the previous one built in the same graph, a chain in program order. A composite
   that runs collectives inside it (a `tf.cond` with a collective in each branch) is built with
   `ordered` as a whole, which makes it one link of the chain; the collectives in its branches
-  chain among themselves, in their own graphs.
+  chain among themselves, in their own graphs. A stateful op that runs a nested graph and was not
+  built with `ordered` (a user's `tf.cond` with a collective in a branch) is waited for by the
+  next link built after it.
 - Keras' step functions: Keras traces `train_step` (and test/predict) through `RingStrategy.run`
   inside its own `tf.function`, so the collectives the step builds there chain as above. Those in
   nested graphs that tfring does not build (the `tf.cond` of `LossScaleOptimizer` or of gradient
   accumulation, a `tf.function` called by a custom `train_step`) chain among themselves, but the
-  op that runs the nested graph (`If`, `StatefulPartitionedCall`) is no link of the outer chain,
-  so a later collective could overtake it. Such an op is stateful (it holds stateful ops), so
+  op that runs the nested graph (`If`, `StatefulPartitionedCall`) is no link of the outer chain:
+  the next link waits for it (above). Such an op is stateful (it holds stateful ops), and
   `after_ops_since(mark(), make)` builds `make()` after every stateful op created since the mark;
   `RingStrategy` builds the gathers of a step's outputs (the only collectives it adds after the
   step's own code) this way, so they come after everything the step ran. Keras'
@@ -37,6 +39,9 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 _LAST = "_tfring_last_collective"  # the graph's last link: an op to depend on, or None
+_SEEN = "_tfring_ops_at_last_link"  # how many ops the graph held when its last link was built
+# Ops that run a nested graph, which may hold collectives; stateless ones cannot.
+_NESTED_CALLS = ("If", "While", "Case", "StatefulPartitionedCall", "PartitionedCall")
 
 
 def _graph_for_collectives():
@@ -93,14 +98,24 @@ def ordered(make):
         return make()
     graph = _graph_for_collectives()
     previous = getattr(graph, _LAST, None)
-    if previous is not None:
-        with tf.control_dependencies([previous]):
+    waits = ([previous] if previous is not None else []) + _nested_calls_since_last_link(graph)
+    if waits:
+        with tf.control_dependencies(waits):
             result = make()
     else:
         result = make()
     outputs = result if isinstance(result, (list, tuple)) else [result]
     setattr(graph, _LAST, outputs[0].op if outputs and hasattr(outputs[0], "op") else result)
+    setattr(graph, _SEEN, len(graph.get_operations()))
     return result
+
+
+def _nested_calls_since_last_link(graph):
+    """The stateful ops built since the graph's last link that run a nested graph (a `tf.cond`, a
+    loop, a `tf.function` call): collectives inside them are no link of this chain, so the next
+    link waits for them, or it could overtake them on one rank and not on another."""
+    return [op for op in graph.get_operations()[getattr(graph, _SEEN, 0):]
+            if op.type in _NESTED_CALLS and op._is_stateful]
 
 
 def mark():

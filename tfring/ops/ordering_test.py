@@ -50,6 +50,22 @@ def test_ops_after_a_mark_wait_for_every_stateful_op_since():
     assert nested in identity.control_inputs  # everything make() builds waits, as a step's gathers do
 
 
+def test_a_collective_after_a_nested_graph_holding_one_waits_for_it():
+    # A user's tf.cond with a collective in a branch, not built with `ordered`: without the wait,
+    # the allgather after it (whose input does not depend on it) could run first on one rank and
+    # second on another, pairing different collectives across the ranks.
+    def build(x, pred):
+        collectives.allreduce(x)
+        tf.cond(pred, lambda: collectives.allreduce(x), lambda: x)
+        collectives.allgather(x)
+
+    graph = _graph(build)
+    nested = next(op for op in graph.get_operations() if op.type == "If")
+    first, last = _tfring_ops(graph)
+    assert nested in last.control_inputs and first in last.control_inputs
+    assert nested not in first.control_inputs
+
+
 def test_eagerly_everything_runs_in_program_order():
     assert ordering.mark() is None
     assert ordering.after_ops_since(None, lambda: 3) == 3
