@@ -83,17 +83,12 @@ def worker_tfring(args):
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tfring.init()
-    samples, cpu = _with_cpu({w: lambda w=w: allreduce.cpu_calls(allreduce.tfring_step(_arrays(w, tfring.rank())),
-                                                                 tfring.ops.barrier, args.repeats)
-                              for w in args.workloads})
+    samples, cpu = {}, {}
+    for workload in args.workloads:
+        step = allreduce.tfring_step(_arrays(workload, tfring.rank()))
+        samples[workload], cpu[workload] = allreduce.cpu_calls(step, tfring.ops.barrier, args.repeats)
     if tfring.rank() == 0:
         allreduce.report("tfring", samples, f"transport: {tfring.transport_name()}", cpu=cpu)
-
-
-def _with_cpu(measures):
-    """({workload: samples}, {workload: CPU seconds per call}) from {workload: a cpu_calls call}."""
-    results = {w: measure() for w, measure in measures.items()}
-    return {w: r[0] for w, r in results.items()}, {w: r[1] for w, r in results.items()}
 
 
 def worker_core(args):

@@ -25,6 +25,8 @@ a nested graph (a `tf.cond` branch, a loop body) and eager ones are reduced at o
 `MIRRORED_CLASSES` is the variable class mapping that records which kind is running.
 """
 
+from typing import NamedTuple
+
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import values as values_lib
@@ -34,17 +36,19 @@ from tfring.ops import collectives
 from tfring.ops import ordering
 from tfring.strategy import strategy_base
 
-_KINDS = ("assign", "assign_add", "assign_sub")
-
-
 def _by_delta(variable):
     """Tells the strategy's reduction, while the assignment inside is traced, that it adds a delta."""
     return strategy_base.while_traced(variable._distribute_strategy.extended, "updating_by_delta", True)
 
 
+def _statistics_of(variable):
+    """The `StepStatistics` of the step being traced for `variable`'s strategy, or None."""
+    return getattr(variable._distribute_strategy.extended, "statistics", None)
+
+
 def _waiting(variable):
     """The step's `StepStatistics` if an assignment to `variable` traced now can wait, else None."""
-    statistics = getattr(variable._distribute_strategy.extended, "statistics", None)
+    statistics = _statistics_of(variable)
     if statistics is None or variable.aggregation != tf.VariableAggregation.MEAN:
         return None
     if tf.executing_eagerly() or tf.distribute.in_cross_replica_context():
@@ -75,7 +79,7 @@ class RingMirroredVariable(values_lib.MirroredVariable):
         return self._assign("assign_sub", value, use_locking, name, read_value)
 
     def _flush_if_waiting(self):
-        statistics = getattr(self._distribute_strategy.extended, "statistics", None)
+        statistics = _statistics_of(self)
         if statistics is not None and statistics.holds(self):
             statistics.flush()
 
@@ -93,6 +97,15 @@ class RingMirroredVariable(values_lib.MirroredVariable):
 
 MIRRORED_CLASSES = dict(distribute_utils.VARIABLE_CLASS_MAPPING)
 MIRRORED_CLASSES[variables_lib.VariableSynchronization.ON_WRITE] = RingMirroredVariable
+
+
+class _Waiting(NamedTuple):
+    """An assignment waiting for the step's collective."""
+
+    variable: object  # the RingMirroredVariable
+    kind: str  # "assign", "assign_add" or "assign_sub"
+    value: object  # this rank's new value or delta
+    ops_before: int  # how many ops the step's graph held when it began to wait
 
 
 class StepStatistics:
@@ -116,11 +129,11 @@ class StepStatistics:
         self.rows = rows
         self.since = since
         self.graph = since[0]
-        self._waiting = []  # (variable, kind, value, ops in the graph when it began to wait) in program order
+        self._waiting = []  # _Waiting entries, in program order
 
     def holds(self, variable):
         """Whether an assignment to `variable` waits."""
-        return any(w[0] is variable for w in self._waiting)
+        return any(w.variable is variable for w in self._waiting)
 
     def add(self, variable, kind, value, read_value):
         """Makes an assignment wait for the step's collective.
@@ -138,7 +151,7 @@ class StepStatistics:
         variable.shape.assert_is_compatible_with(value.shape)
         if self.holds(variable):
             self.flush()  # its earlier assignment first, as if each were reduced at once
-        self._waiting.append((variable, kind, value, len(self.graph.get_operations())))
+        self._waiting.append(_Waiting(variable, kind, value, len(self.graph.get_operations())))
         return variable if read_value else tf.no_op()
 
     def flush(self):
@@ -153,9 +166,10 @@ class StepStatistics:
         _refuse_stale_reads(self.graph, waiting)
 
         def reduce_and_assign():
-            reduced = mean_over_ranks(self.rows, [w[2] for w in waiting], [w[1] != "assign" for w in waiting])
+            reduced = mean_over_ranks(self.rows, [w.value for w in waiting], [w.kind != "assign" for w in waiting])
             # The single component, directly: the values are reduced already.
-            return [getattr(w[0]._values[0], w[1])(value, read_value=False) for w, value in zip(waiting, reduced)]
+            return [getattr(w.variable._values[0], w.kind)(value, read_value=False)
+                    for w, value in zip(waiting, reduced)]
 
         # A read inside a nested graph (a tf.cond branch) flushes into the step's graph, before
         # the op that runs the nested graph.
@@ -171,18 +185,19 @@ def _refuse_stale_reads(graph, waiting):
 
     Args:
         graph: the step's graph.
-        waiting: the entries about to be reduced (variable, kind, value, ops when it began to wait).
+        waiting: the `_Waiting` entries about to be reduced.
 
     Raises:
         ValueError: naming the op and the variable.
     """
     captured = {id(external): internal for external, internal in getattr(graph, "captures", [])}
     operations = graph.get_operations()
-    for variable, _, _, since in waiting:
+    for entry in waiting:
+        variable = entry.variable
         handle = captured.get(id(variable._values[0].handle))
         if handle is None:
             continue
-        for op in operations[since:]:
+        for op in operations[entry.ops_before:]:
             if any(t is handle for t in op.inputs):
                 raise ValueError(
                     f"tfring: {op.name!r} reads the variable {variable.name!r} after this step assigned it, "
@@ -223,8 +238,7 @@ def mean_over_ranks(rows, values, by_delta):
         return collectives.allreduce(pick(news) + zeroed_deltas(), op="mean")
 
     def uneven():
-        weighted = rows.zero_if_empty([v * rows.share(v.dtype) for v in pick(news)]) if news else []
-        return (collectives.allreduce(weighted, op="sum") if news else []) + (
+        return (collectives.allreduce(rows.weighted(pick(news)), op="sum") if news else []) + (
             collectives.allreduce(zeroed_deltas(), op="mean") if deltas else [])
 
     both = ordering.ordered(lambda: tf.cond(rows.even, even, uneven))

@@ -105,16 +105,16 @@ class StepRows:
         uneven = tf.math.divide_no_nan(tf.cast(numerator, tf.float64), tf.cast(denominator, tf.float64))
         return tf.cast(tf.where(self.even, tf.constant(when_even, tf.float64), uneven), dtype)
 
-    def weighted(self, value):
-        """`value` * share, with 0 (not NaN) from a rank that holds no rows.
+    def weighted(self, values):
+        """`values` * share, with 0 (not NaN) from a rank that holds no rows (one decision for all).
 
         Args:
-            value: a float tensor.
+            values: a list of float tensors.
 
         Returns:
-            A tensor like `value`.
+            A list of tensors like `values`.
         """
-        return self.zero_if_empty([value * self.share(value.dtype)])[0]
+        return self.zero_if_empty([v * self.share(v.dtype) for v in values])
 
     def weight(self, dtype):
         """This rank's rows over the mean rows per rank: ranks * share, exactly 1 when even.

@@ -64,8 +64,7 @@ def weighted_by_rows(grads, positions):
     grads = list(grads)
     values = [grads[k].values if isinstance(grads[k], tf.IndexedSlices) else grads[k] for k in positions]
     # One decision for the whole list (a rank without rows zeroes them all).
-    weighted = rows.zero_if_empty([v * rows.share(v.dtype) for v in values])
-    for k, v in zip(positions, weighted):
+    for k, v in zip(positions, rows.weighted(values)):
         g = grads[k]
         grads[k] = tf.IndexedSlices(v, g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices) else v
     return grads
