@@ -65,14 +65,16 @@ def cpu_calls(fn, barrier, repeats):
 
 def paired_calls(calls, barrier, repeats):
     """Seconds of `repeats` calls of each of `calls` (a dict of functions), taken in turns so that
-    the machine's slow spells fall on every one alike; two untimed calls of each first (warm-up and
-    tracing), each timed call behind a `barrier()`."""
+    the machine's slow spells fall on every one alike, the order reversed every other round; two
+    untimed calls of each first (warm-up and tracing), each timed call behind a `barrier()`."""
     for call in calls.values():
         call()
         call()
     samples = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
+    names = list(calls)
+    for round_ in range(repeats):
+        for name in names if round_ % 2 == 0 else names[::-1]:  # no peer always first after the barrier
+            call = calls[name]
             barrier()
             start = time.perf_counter()
             call()

@@ -7,7 +7,11 @@ alone, in one run.
 Two ranks on this host (`tfring run -np 2`, one intra-op thread each). Each pattern is one
 `tf.function`, timed as the median of `--repeats` calls (after two untimed ones, each call behind
 a barrier, the two in turns), once with tfring's op and once with TensorFlow alone (`tf.identity_n` where the op
-was), so the difference is what the collective adds:
+was), so the difference is what the collective adds. Grappler removes `identity_n` and may then
+fold the ops on either side of it (in the optimizer pattern `(v * 1.0001) * 1e-9` becomes one
+multiply), which it cannot do around a collective; so a third peer puts tfring's own pass-through
+op (`TfringRelay`, which grappler leaves alone and which hands the same buffers on) in the
+collective's place, and the table gives what tfring adds over both:
 
 - captured: `--tensors` float32 vectors of `--size` captured by the function, every result
   returned (the README's figure);
@@ -21,8 +25,9 @@ was), so the difference is what the collective adds:
   TensorFlow), one collective per vector and one for all; and, for one op each, the same
   collectives as start ops chained in program order and waited for after (`tfring.ops.started`).
 
-Printed: per pattern, the median ms with TensorFlow alone and with tfring, the ms tfring adds, and
-that per 1000 tensors.
+Printed: per pattern, the median ms with TensorFlow alone, with the pass-through and with tfring,
+the ms tfring adds over each, and that per 1000 tensors. The calls take turns, the order reversed
+every other round.
 """
 
 import argparse
@@ -136,7 +141,11 @@ def worker(args):
         context.context()._config = config
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tfring.init()
-    peers = {"tf": lambda ts: tf.identity_n(ts), "tfring": lambda ts: tfring.ops.allreduce(ts, op="sum")}
+    from tfring.ops import collectives
+
+    lib = collectives._ops()
+    peers = {"tf": lambda ts: tf.identity_n(ts), "passthrough": lambda ts: list(lib.tfring_relay(ts)),
+             "tfring": lambda ts: tfring.ops.allreduce(ts, op="sum")}
     counts = {"tensors": (args.tensors, args.size), "separate": (args.separate, SEPARATE_SIZE)}
     for name, (_, make, kind) in PATTERNS.items():
         count, size = counts[kind]
@@ -166,16 +175,17 @@ def run_job(args):
 def print_table(results):
     import numpy as np
 
-    print("| pattern | tensors | TF alone ms | tfring ms | tfring adds ms | adds per 1000 tensors | core alone ms "
-          "| started ops ms |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| pattern | tensors | TF alone ms | TF + pass-through ms | tfring ms | tfring adds ms (over TF alone, "
+          "over pass-through) | per 1000 tensors | core alone ms | started ops ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         ms = {peer: 1000 * np.median(values) for peer, values in r["samples"].items()}
         extra = " | ".join(f"{ms[peer]:.2f}" if peer in ms else "" for peer in ("core", "started"))
         count = int(r["note"].split(" x ")[0])
-        added = ms["tfring"] - ms["tf"]
-        print(f"| {PATTERNS[r['peer']][0]} | {r['note']} | {ms['tf']:.2f} | {ms['tfring']:.2f} | {added:.2f} | "
-              f"{added * 1000 / count:.2f} | {extra} |")
+        added = [ms["tfring"] - ms[base] for base in ("tf", "passthrough")]
+        print(f"| {PATTERNS[r['peer']][0]} | {r['note']} | {ms['tf']:.2f} | {ms['passthrough']:.2f} | "
+              f"{ms['tfring']:.2f} | {added[0]:.2f}, {added[1]:.2f} | "
+              f"{added[0] * 1000 / count:.2f}, {added[1] * 1000 / count:.2f} | {extra} |")
 
 
 def main():

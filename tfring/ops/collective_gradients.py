@@ -20,6 +20,11 @@ def _allreduce_grad(op, *grads):
     return collectives.allreduce(grads, op=reduce_op, process_set=op.get_attr("process_set"))
 
 
+@tf.RegisterGradient("TfringRelay")
+def _relay_grad(op, *grads):
+    return list(grads)
+
+
 @tf.RegisterGradient("TfringBroadcast")
 def _broadcast_grad(op, *grads):
     root, process_set = op.get_attr("root_rank"), op.get_attr("process_set")  # root: a position in the set

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import tfring
 from tfring.ops import collectives
+from tfring.ops import started
 
 
 def test_identity_eager_and_in_function():
@@ -48,6 +49,30 @@ def test_collectives_in_a_function_are_chained_in_program_order():
     assert len(ops) == 3
     assert ops[0] in ops[1].control_inputs
     assert ops[1] in ops[2].control_inputs
+
+
+def test_a_list_collective_in_a_function_hands_its_results_on_through_one_relay():
+    # The relay (relay_kernel.cc) lets TensorFlow run the consumers inline: values and gradients
+    # pass through it unchanged, and a single result needs none.
+    x = tf.Variable([1.0, -2.0])
+
+    @tf.function
+    def f():
+        with tf.GradientTape() as tape:
+            reduced = tfring.ops.allreduce([x * 2.0, x * x, x], op="mean")
+            loss = tf.reduce_sum(reduced[0]) + tf.reduce_sum(reduced[1]) + tf.reduce_sum(reduced[2])
+        in_turn = started.allreduce_start([x, x * 3.0]).wait()
+        return reduced, tape.gradient(loss, x), in_turn, tfring.ops.broadcast([x, x + 1.0]), tfring.ops.allreduce(x)
+
+    reduced, grad, in_turn, broadcast, single = f()
+    np.testing.assert_array_equal(reduced[1], [1.0, 4.0])
+    np.testing.assert_array_equal(grad, [2.0 + 2.0 * 1.0 + 1.0, 2.0 - 4.0 + 1.0])
+    np.testing.assert_array_equal(in_turn[1], [3.0, -6.0])
+    np.testing.assert_array_equal(broadcast[1], [2.0, -1.0])
+    np.testing.assert_array_equal(single, [1.0, -2.0])
+    types = [op.type for op in f.get_concrete_function().graph.get_operations()]
+    # The forward list, its gradient's list, the started list, the broadcast list: four relays.
+    assert types.count("TfringRelay") == 4
 
 
 def test_broadcast_variables():

@@ -116,7 +116,7 @@ def _one_start_per_dtype(items, start):
     def done():
         out = [None] * len(items)
         for idx, buffers, ticket in started:
-            for i, r in zip(idx, lib.tfring_collective_done(buffers, ticket)):
+            for i, r in zip(idx, collectives.relayed(lib, lib.tfring_collective_done(buffers, ticket))):
                 out[i] = r
         return out
 

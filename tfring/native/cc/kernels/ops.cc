@@ -153,6 +153,17 @@ REGISTER_OP("TfringCollectiveDone")
 Completes when the collective a Tfring*Start op started has; `result` are its buffers.
 )doc");
 
+REGISTER_OP("TfringRelay")
+    .Input("tensors: N * T")
+    .Output("relayed: N * T")
+    .Attr("T: type")
+    .Attr("N: int >= 1")
+    .SetShapeFn(sameShapes)
+    .Doc(R"doc(
+Passes its inputs through (relay_kernel.cc): placed after an asynchronous collective of several
+outputs, so that TensorFlow runs their consumers inline instead of one thread-pool task each.
+)doc");
+
 REGISTER_OP("TfringBroadcast")
     .SetIsDistributedCommunication()
     .Input("tensors: N * T")
