@@ -102,9 +102,10 @@ TF_FACING_PACKAGES := tfring/ops tfring/compression tfring/native tfring/data tf
 	tfring/schedules tfring/horovod
 # Of the collectives' tests, every op and dtype on 3 ranks and the mismatch errors: the transports,
 # faults and timeouts under them do not depend on TensorFlow.
-TF_FACING := tests/collectives_test.py tests/ring_strategy_test.py tests/keras_calls_test.py -k "3-shm or \
+TF_FACING := tests/collectives_test.py tests/ring_strategy_test.py tests/keras_calls_test.py \
+	tests/optimizer_sharding_test.py -k "3-shm or \
 	mismatched_shapes or two_ranks_equal_one_process or custom_loops or mixed_float16 or batch_norm or statistics_read or \
-	saved_models_loadable or on_batch"
+	saved_models_loadable or on_batch or adam-2"
 test-newest-tf:
 	$(MAKE) env TF=2.21
 	.venv-tf2.21/bin/python -m pytest -q -m "not multiprocess and not emulated_hosts and not slurm and not spark" \
@@ -120,8 +121,8 @@ test-newest-tf:
 KERAS_FLOOR := $(shell sed -n 's/^KERAS_FLOOR = "\(.*\)"/\1/p' tfring/version.py)
 KERAS_FLOOR_DIR := $(CURDIR)/.keras-floor
 KERAS_FACING := tfring/strategy tfring/optimizers tfring/callbacks tfring/schedules
-KERAS_FACING_JOBS := tests/keras_calls_test.py tests/ring_strategy_test.py \
-	-k "keras_calls_test or two_ranks_equal_one_process or mixed_float16 or custom_loops"
+KERAS_FACING_JOBS := tests/keras_calls_test.py tests/ring_strategy_test.py tests/optimizer_sharding_test.py \
+	-k "keras_calls_test or two_ranks_equal_one_process or mixed_float16 or custom_loops or adam-2"
 test-keras-floor: env
 	@test -f $(KERAS_FLOOR_DIR)/keras-$(KERAS_FLOOR).dist-info/METADATA || { rm -rf $(KERAS_FLOOR_DIR) && \
 	  $(PY) -m pip install -q --no-deps --target $(KERAS_FLOOR_DIR) keras==$(KERAS_FLOOR); }

@@ -73,6 +73,8 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.statistics = None  # the StepStatistics whose assignments wait for the step's end (rank_statistics)
         self.gradient_frame = None  # what the optimizer's door did in the apply being traced (door)
         self.reducing_gradients = None  # Keras' own gradient all-reduce is traced: its variables (door)
+        self.shards_optimizer_state = False  # RingStrategy(shard_optimizer_state=True) (sharding)
+        self.rank_own_variables = False  # variables being made differ per rank: no broadcast (sharding)
 
     @property
     def bucket_bytes(self):
@@ -107,7 +109,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
             kwargs.update(synchronization=tf.VariableSynchronization.ON_READ,
                           aggregation=tf.VariableAggregation.SUM)
         synchronization = kwargs.get("synchronization", tf.VariableSynchronization.AUTO)
-        if synchronization == tf.VariableSynchronization.NONE:
+        if synchronization == tf.VariableSynchronization.NONE or self.rank_own_variables:
             # "One copy, never synchronized": this rank's own (a communication hook's memories).
             return super()._create_variable(next_creator, **kwargs)
         if synchronization == tf.VariableSynchronization.ON_READ:

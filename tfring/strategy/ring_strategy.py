@@ -80,6 +80,10 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
             after another, and keep the fastest on the slowest rank, which rank 0 prints (see
             `gradients.bucket_tuning`; each size tried retraces the train step once). None:
             `TFRING_BUCKET_BYTES`, else 4 MiB. Every rank must use the same value.
+        shard_optimizer_state: keep each variable's optimizer state (momentum, Adam's moments)
+            on one rank only, about 1/N of it per rank (ZeRO stage 1, see
+            `tfring.strategy.sharding.optimizer_state`). The weights stay equal to the unsharded
+            run's; a save still holds the whole state. Default False.
 
     Example:
 
@@ -91,7 +95,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
     """
 
     def __init__(self, fusion_threshold_bytes=None, compression=None, timeout=None, device=None,
-                 sparse_as_dense=False, bucket_bytes=None):
+                 sparse_as_dense=False, bucket_bytes=None, shard_optimizer_state=False):
         hook_state, hook = registry.for_compression(compression, "RingStrategy")
         try:
             settings = config.Config.resolve(fusion_threshold_bytes=fusion_threshold_bytes, timeout=timeout,
@@ -112,6 +116,7 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
         bucket_bytes = buckets.untuned(bucket_bytes)  # tuned from the default; one rank has nothing to tune
         gradients = reduction.GradientSettings(self.size, bucket_bytes, bool(sparse_as_dense), hook, hook_state)
         extended = RingExtended(self, device, self.rank, self.size, gradients)
+        extended.shards_optimizer_state = bool(shard_optimizer_state)
         distribute_lib.Strategy.__init__(self, extended)
         self.bucket_tuner = bucket_tuning.BucketTuner(extended, self.rank) if tune else None
 

@@ -29,6 +29,7 @@ from tfring.strategy import keras_patches
 from tfring.strategy import step_rows
 from tfring.strategy import strategy_base
 from tfring.strategy.gradients import accumulation
+from tfring.strategy.sharding import optimizer_state
 
 
 class Frame:
@@ -168,7 +169,12 @@ def _door(original):
             grads = accumulation.weighted_by_rows(grads, positions)
             frame = Frame(zeroed=True, reduce_at_clipping=clips(self))
         else:
-            grads = _reduce(extended, grads, positions, clips(self), _variables(self, grads, trainable_variables))
+            variables = _variables(self, grads, trainable_variables)
+            grads = _reduce(extended, grads, positions, clips(self), variables)
+            if optimizer_state.sharded(self):
+                return optimizer_state.apply_owned(
+                    original, self, grads, variables, positions,
+                    lambda n: strategy_base.while_traced(extended, "gradient_frame", Frame(passes=n)))
             frame = Frame(passes=len(positions))
         with strategy_base.while_traced(extended, "gradient_frame", frame):
             return original(self, grads, trainable_variables)
@@ -184,6 +190,10 @@ def _loss_scale_door(original):
         outer = extended.gradient_frame if extended is not None else None
         if not positions or (outer is not None and outer.all_reduced) or _accumulates(self):
             return original(self, grads, trainable_variables)
+        if optimizer_state.sharded(self.inner_optimizer):
+            raise ValueError("tfring: RingStrategy(shard_optimizer_state=True) does not support a LossScaleOptimizer "
+                             "yet (its finiteness check and loss scale are not sharded): leave mixed precision's loss "
+                             "scaling off or turn sharding off")
         scale = None if extended.gradient_settings.exact else self.dynamic_scale
         grads = _reduce(extended, grads, positions, clips(self),
                         _variables(self.inner_optimizer, grads, trainable_variables), scale=scale)

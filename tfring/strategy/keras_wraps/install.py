@@ -10,6 +10,7 @@ one function would stack (none does today: each function is wrapped once):
    `tf.nn.compute_average_loss` count as the global batch's;
 3. `gradients.door`: gradients are averaged, weighed by rows, as they enter the optimizer;
    `gradients.sparse`: sparse rows are added into a variable once each, in a fixed order;
+   `sharding.optimizer_state`: with `shard_optimizer_state`, slots for owned variables only, saved whole;
 4. `checkpointing`: saves run on every rank, rank 0 writes;
 5. `model_calls`: `fit`, `evaluate`, `predict` check the ranks agree and quiet ranks > 0;
 6. `on_batch`: `predict_on_batch` runs on this rank alone, the other two return the job's logs;
@@ -30,9 +31,11 @@ from tfring.strategy.keras_wraps import checkpointing
 from tfring.strategy.keras_wraps import model_calls
 from tfring.strategy.keras_wraps import on_batch
 from tfring.strategy.keras_wraps import rank_noise
+from tfring.strategy.sharding import optimizer_state
 from tfring.version import KERAS_FLOOR
 
-MODULES = (step_rows, loss_reductions, door, sparse, checkpointing, model_calls, on_batch, rank_noise)
+MODULES = (step_rows, loss_reductions, door, sparse, optimizer_state, checkpointing, model_calls, on_batch,
+           rank_noise)
 
 
 def _release(version):

@@ -1,0 +1,114 @@
+"""RingStrategy(shard_optimizer_state=True): each rank keeps the optimizer state of the variables it
+owns, the weights equal the unsharded run's and one process's, and a save holds the whole state."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfring_dev.testing import QUIET_ENV
+from tfring_dev.testing import run_job
+
+pytestmark = pytest.mark.multiprocess
+
+FIT = r'''
+import json, os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+keras.utils.set_random_seed(1)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((192, 8)).astype("float32")
+y = (x[:, 0] + 2 * x[:, 1] > 0).astype("int32") + (x[:, 2] > 1).astype("int32")
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
+    "adam": lambda: keras.optimizers.Adam(0.01),
+    "adamw": lambda: keras.optimizers.AdamW(0.01, weight_decay=0.05),
+    "rmsprop": lambda: keras.optimizers.RMSprop(0.01, momentum=0.5),
+}
+strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] == "1")
+with strategy.scope():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(12, activation="relu"), keras.layers.Dense(3)])
+    model.compile(optimizer=OPTIMIZERS[os.environ["OPT"]](),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+# 192 rows in batches of 40: the last batch (32 rows) is uneven over 3 ranks.
+model.fit(x, y, batch_size=40, epochs=3, shuffle=False, verbose=0)
+tag = f"{strategy.rank}of{strategy.size}s{os.environ['SHARD']}"
+out = os.environ["OUT"]
+np.save(f"{out}/w{tag}.npy", np.concatenate([v.numpy().ravel() for v in model.weights]))
+state_bytes = sum(v.numpy().nbytes for v in model.optimizer.variables)
+model.save(f"{out}/model{strategy.size}s{os.environ['SHARD']}.keras")
+with open(f"{out}/bytes{tag}.json", "w") as f:
+    json.dump(state_bytes, f)
+'''
+
+LOAD = r'''
+import sys
+import numpy as np
+import keras
+model = keras.models.load_model(sys.argv[1])
+np.save(sys.argv[2], np.concatenate([v.numpy().ravel() for v in model.optimizer.variables]))
+'''
+
+
+def _alone(tmp_path, script, args=(), env=None):
+    full = {k: v for k, v in dict(os.environ, **QUIET_ENV, **(env or {})).items() if not k.startswith("TFRING_")}
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=full, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("opt,size", [("sgd", 2), ("adam", 2), ("adamw", 3), ("rmsprop", 3)])
+def test_sharded_state_equals_unsharded_and_one_process(warm, tmp_path, opt, size):
+    script = tmp_path / "fit.py"
+    script.write_text(FIT)
+    env = {"OPT": opt, "OUT": str(tmp_path)}
+    _alone(tmp_path, script, env=dict(env, SHARD="0"))
+    for shard in ("0", "1"):
+        proc = warm.run_job(size, FIT, env=dict(env, SHARD=shard), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    one = np.load(tmp_path / "w0of1s0.npy")
+    plain = np.load(tmp_path / f"w0of{size}s0.npy")
+    sharded = [np.load(tmp_path / f"w{r}of{size}s1.npy") for r in range(size)]
+    for r in range(size):
+        assert np.array_equal(sharded[r], plain), f"rank {r}: sharded weights differ from the unsharded job's"
+    assert np.max(np.abs(plain - one)) <= 1e-5
+    # Each rank holds about 1/size of the slots (whole variables, balanced by bytes).
+    whole = json.loads((tmp_path / f"bytes0of{size}s0.json").read_text())
+    held = [json.loads((tmp_path / f"bytes{r}of{size}s1.json").read_text()) for r in range(size)]
+    assert sum(held) < whole + (size - 1) * 64, (held, whole)  # (the step counter and rate on every rank)
+    assert max(held) < 0.75 * whole, (held, whole)
+    # The sharded job's file holds the whole state: it loads into one process equal to the unsharded job's.
+    loader = tmp_path / "load.py"
+    loader.write_text(LOAD)
+    for shard in ("0", "1"):
+        _alone(tmp_path, loader, (str(tmp_path / f"model{size}s{shard}.keras"), str(tmp_path / f"state{shard}.npy")))
+    np.testing.assert_array_equal(np.load(tmp_path / "state1.npy"), np.load(tmp_path / "state0.npy"))
+
+
+REFUSED = r'''
+import os
+import numpy as np
+import keras
+import tfring
+strategy = tfring.RingStrategy(shard_optimizer_state=True)
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01, global_clipnorm=1.0), loss="mse")
+try:
+    model.fit(np.ones((8, 4), "float32"), np.ones((8, 2), "float32"), batch_size=4, verbose=0)
+except ValueError as e:
+    print("REFUSED", "global_clipnorm" in str(e))
+'''
+
+
+def test_an_unsupported_setting_is_refused_naming_it(warm):
+    proc = warm.run_job(2, REFUSED, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("REFUSED True") == 2, proc.stdout[-2000:]
