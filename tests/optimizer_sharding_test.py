@@ -105,10 +105,23 @@ try:
     model.fit(np.ones((8, 4), "float32"), np.ones((8, 2), "float32"), batch_size=4, verbose=0)
 except ValueError as e:
     print("REFUSED", "global_clipnorm" in str(e))
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+model.fit(np.ones((8, 4), "float32"), np.ones((8, 2), "float32"), batch_size=4, verbose=0)
+# tf.train.Checkpoint would write each rank's part of the state: refused (model.save gathers it).
+try:
+    import tensorflow as tf
+    tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(os.path.join(os.environ["OUT"], f"c{strategy.rank}"))
+    print("CHECKPOINT_WRITTEN", strategy.rank)
+except ValueError as e:
+    print("CHECKPOINT_REFUSED", strategy.rank, "model.save" in str(e))
 '''
 
 
-def test_an_unsupported_setting_is_refused_naming_it(warm):
-    proc = warm.run_job(2, REFUSED, timeout=300)
+def test_an_unsupported_setting_is_refused_naming_it(warm, tmp_path):
+    proc = warm.run_job(2, REFUSED, env={"OUT": str(tmp_path)}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("REFUSED True") == 2, proc.stdout[-2000:]
+    assert proc.stdout.count("] REFUSED True") == 2, proc.stdout[-2000:]
+    assert "CHECKPOINT_REFUSED 0 True" in proc.stdout, proc.stdout[-2000:]
+    assert "CHECKPOINT_WRITTEN" not in proc.stdout

@@ -21,7 +21,8 @@ Saving writes the whole state: `save_own_variables` (what `model.save`, `.keras`
 into an unsharded model and into a sharded job of any size; loading keeps the slots a rank owns.
 
 Not supported yet, each refused with an error naming it: `use_ema`, `gradient_accumulation_steps`,
-`global_clipnorm`, a `LossScaleOptimizer` (mixed precision's loss scaling).
+`global_clipnorm`, a `LossScaleOptimizer` (mixed precision's loss scaling), and `tf.train.Checkpoint`
+of the optimizer (it would write each rank's part).
 """
 
 import types
@@ -231,10 +232,19 @@ def _owned_slots(original):
                 slot = original(self, reference_variable, name, initializer)
             else:
                 slot = original(self, _placeholder_of(reference_variable), name, "zeros")
+                slot._serialize_to_tensors = _refuse_checkpoint  # past this variable's class, for it alone
         shards.slot_of[id(slot)] = index
         return slot
 
     return add_variable_from_reference
+
+
+def _refuse_checkpoint():
+    """What `tf.train.Checkpoint` gets from a placeholder slot: an error, never a part of the state."""
+    raise ValueError(
+        "tfring: tf.train.Checkpoint cannot save an optimizer whose state is sharded "
+        "(RingStrategy(shard_optimizer_state=True)): each rank holds only part of it. Save with model.save, "
+        "ModelCheckpoint or BackupAndRestore, which gather the whole state")
 
 
 def _whole_value(shards, variable):
