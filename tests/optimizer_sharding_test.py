@@ -31,7 +31,11 @@ OPTIMIZERS = {
     "adam": lambda: keras.optimizers.Adam(0.01),
     "adamw": lambda: keras.optimizers.AdamW(0.01, weight_decay=0.05),
     "rmsprop": lambda: keras.optimizers.RMSprop(0.01, momentum=0.5),
+    "adam_clipped": lambda: keras.optimizers.Adam(0.01, global_clipnorm=0.05),  # clips at every step here
+    "mixed": lambda: keras.optimizers.Adam(0.01),  # under mixed_float16: a LossScaleOptimizer around it
 }
+if os.environ["OPT"] == "mixed":
+    keras.mixed_precision.set_global_policy("mixed_float16")
 strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] == "1")
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
@@ -64,7 +68,8 @@ def _alone(tmp_path, script, args=(), env=None):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("opt,size", [("sgd", 2), ("adam", 2), ("adamw", 3), ("rmsprop", 3)])
+@pytest.mark.parametrize("opt,size", [("sgd", 2), ("adam", 2), ("adamw", 3), ("rmsprop", 3), ("adam_clipped", 3),
+                                      ("mixed", 2)])
 def test_sharded_state_equals_unsharded_and_one_process(warm, tmp_path, opt, size):
     script = tmp_path / "fit.py"
     script.write_text(FIT)
@@ -78,7 +83,8 @@ def test_sharded_state_equals_unsharded_and_one_process(warm, tmp_path, opt, siz
     sharded = [np.load(tmp_path / f"w{r}of{size}s1.npy") for r in range(size)]
     for r in range(size):
         assert np.array_equal(sharded[r], plain), f"rank {r}: sharded weights differ from the unsharded job's"
-    assert np.max(np.abs(plain - one)) <= 1e-5
+    # (float16 arithmetic rounds differently for 2 half batches than for one whole batch)
+    assert np.max(np.abs(plain - one)) <= (2e-2 if opt == "mixed" else 1e-5)
     # Each rank holds about 1/size of the slots (whole variables, balanced by bytes).
     whole = json.loads((tmp_path / f"bytes0of{size}s0.json").read_text())
     held = [json.loads((tmp_path / f"bytes{r}of{size}s1.json").read_text()) for r in range(size)]
@@ -100,11 +106,11 @@ import tfring
 strategy = tfring.RingStrategy(shard_optimizer_state=True)
 with strategy.scope():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    model.compile(optimizer=keras.optimizers.Adam(0.01, global_clipnorm=1.0), loss="mse")
+    model.compile(optimizer=keras.optimizers.Adam(0.01, use_ema=True), loss="mse")
 try:
     model.fit(np.ones((8, 4), "float32"), np.ones((8, 2), "float32"), batch_size=4, verbose=0)
 except ValueError as e:
-    print("REFUSED", "global_clipnorm" in str(e))
+    print("REFUSED", "use_ema" in str(e))
 with strategy.scope():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)])
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")

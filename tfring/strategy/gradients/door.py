@@ -42,13 +42,16 @@ class Frame:
             (a `LossScaleOptimizer`'s door).
         zeroed: a rank without rows has zeroed its gradients already (accumulation).
         reduce_at_clipping: the gradients are reduced just before they are clipped (accumulation).
+        clipped: the gradients were clipped already, over every variable's (a sharded optimizer
+            updates only its own variables' and must not clip those again).
     """
 
-    def __init__(self, passes=None, all_reduced=False, zeroed=False, reduce_at_clipping=False):
+    def __init__(self, passes=None, all_reduced=False, zeroed=False, reduce_at_clipping=False, clipped=False):
         self.passes = passes
         self.all_reduced = all_reduced
         self.zeroed = zeroed
         self.reduce_at_clipping = reduce_at_clipping
+        self.clipped = clipped
 
     def pass_through(self, values):
         """True when `values` are the gradients reduced at the door (then only once).
@@ -163,18 +166,21 @@ def _door(original):
         if not positions:
             return original(self, grads, trainable_variables)
         outer = extended.gradient_frame
+        variables = _variables(self, grads, trainable_variables)
+        if optimizer_state.sharded(self) and not self.gradient_accumulation_steps:
+            if outer is None or not outer.all_reduced:
+                grads = _reduce(extended, grads, positions, clips(self), variables)
+            return optimizer_state.apply_owned(
+                original, self, grads, variables, positions,
+                lambda n, clipped: strategy_base.while_traced(extended, "gradient_frame",
+                                                              Frame(passes=n, clipped=clipped)))
         if outer is not None and outer.all_reduced:  # inside a LossScaleOptimizer's door
             frame = Frame(passes=len(positions))
         elif self.gradient_accumulation_steps:  # Keras reduces the sum, once per k micro-steps
             grads = accumulation.weighted_by_rows(grads, positions)
             frame = Frame(zeroed=True, reduce_at_clipping=clips(self))
         else:
-            variables = _variables(self, grads, trainable_variables)
             grads = _reduce(extended, grads, positions, clips(self), variables)
-            if optimizer_state.sharded(self):
-                return optimizer_state.apply_owned(
-                    original, self, grads, variables, positions,
-                    lambda n: strategy_base.while_traced(extended, "gradient_frame", Frame(passes=n)))
             frame = Frame(passes=len(positions))
         with strategy_base.while_traced(extended, "gradient_frame", frame):
             return original(self, grads, trainable_variables)
@@ -190,10 +196,6 @@ def _loss_scale_door(original):
         outer = extended.gradient_frame if extended is not None else None
         if not positions or (outer is not None and outer.all_reduced) or _accumulates(self):
             return original(self, grads, trainable_variables)
-        if optimizer_state.sharded(self.inner_optimizer):
-            raise ValueError("tfring: RingStrategy(shard_optimizer_state=True) does not support a LossScaleOptimizer "
-                             "yet (its finiteness check and loss scale are not sharded): leave mixed precision's loss "
-                             "scaling off or turn sharding off")
         scale = None if extended.gradient_settings.exact else self.dynamic_scale
         grads = _reduce(extended, grads, positions, clips(self),
                         _variables(self.inner_optimizer, grads, trainable_variables), scale=scale)
@@ -207,6 +209,8 @@ def _reduce_then_clip(original):
     def clip(self, grads):
         extended = _step_extended()
         frame = extended.gradient_frame if extended is not None else None
+        if frame is not None and frame.clipped:
+            return grads
         if frame is None or not frame.reduce_at_clipping:
             return original(self, grads)
         positions = [k for k, g in enumerate(grads) if g is not None]

@@ -20,9 +20,11 @@ Saving writes the whole state: `save_own_variables` (what `model.save`, `.keras`
 `ModelCheckpoint` and `BackupAndRestore` call) takes each slot from its owner, so the file loads
 into an unsharded model and into a sharded job of any size; loading keeps the slots a rank owns.
 
-Not supported yet, each refused with an error naming it: `use_ema`, `gradient_accumulation_steps`,
-`global_clipnorm`, a `LossScaleOptimizer` (mixed precision's loss scaling), and `tf.train.Checkpoint`
-of the optimizer (it would write each rank's part).
+`global_clipnorm` clips every gradient before the owned update, over all of them (each rank holds
+every reduced gradient); a `LossScaleOptimizer` checks the whole reduced gradients and its inner
+optimizer updates the owned variables. Not supported yet, each refused with an error naming it:
+`use_ema`, `gradient_accumulation_steps`, `global_clipnorm` with a `loss_scale_factor`, and
+`tf.train.Checkpoint` of the optimizer (it would write each rank's part).
 """
 
 import types
@@ -105,8 +107,9 @@ def sharded(optimizer):
 
 def _refuse_unsupported(optimizer):
     settings = {"use_ema": "an average of the weights that every rank's model would need whole",
-                "gradient_accumulation_steps": "accumulators of the whole gradient",
-                "global_clipnorm": "the norm of every gradient, which no rank holds"}
+                "gradient_accumulation_steps": "accumulators of the whole gradient"}
+    if getattr(optimizer, "global_clipnorm", None):
+        settings["loss_scale_factor"] = "with global_clipnorm: the norm is taken after the unscaling"
     for name, why in settings.items():
         if getattr(optimizer, name, None):
             raise ValueError(
@@ -154,8 +157,9 @@ def apply_owned(original, optimizer, grads, variables, positions, frame_for):
         grads: the reduced gradients, one per variable (None where there is none).
         variables: the variables, in the order of `grads`.
         positions: the positions whose gradients were reduced at the door.
-        frame_for: `frame_for(n)`, a context saying that the next `n` gradients Keras would
-            all-reduce are reduced already (the door's `Frame`).
+        frame_for: `frame_for(n, clipped)`, a context saying that the next `n` gradients Keras
+            would all-reduce are reduced already, and whether they are clipped already (the
+            door's `Frame`).
 
     Returns:
         What `original` returns.
@@ -173,14 +177,28 @@ def apply_owned(original, optimizer, grads, variables, positions, frame_for):
     shards = shards_of(optimizer)
     index = [optimizer._get_variable_index(v) for v in variables]
     mine = [k for k in range(len(variables)) if shards.owns(index[k])]
+    clipped = bool(getattr(optimizer, "global_clipnorm", None))
+    if clipped:  # over every variable's gradient, as Keras clips unsharded; not again below
+        grads = _clipped_globally(optimizer, grads, variables)
     result = None
-    with frame_for(len([k for k in positions if k in set(mine)])):
+    with frame_for(len([k for k in positions if k in set(mine)]), clipped):
         if mine:
             result = original(optimizer, [grads[k] for k in mine], [variables[k] for k in mine])
         else:  # Keras' apply of nothing would skip the count that schedules read
             optimizer.iterations.assign_add(1)
     share_updates(shards, variables, index)
     return result
+
+
+def _clipped_globally(optimizer, grads, variables):
+    """`grads` clipped to the optimizer's `global_clipnorm` over the gradients Keras would clip:
+    those that exist, of variables not overwritten with their gradient, in order."""
+    kept = [k for k, (g, v) in enumerate(zip(grads, variables))
+            if g is not None and not getattr(v, "overwrite_with_gradient", False)]
+    grads = list(grads)
+    for k, g in zip(kept, optimizer._clip_gradients([grads[k] for k in kept])):
+        grads[k] = g
+    return grads
 
 
 def share_updates(shards, variables, index):
