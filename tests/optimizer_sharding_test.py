@@ -131,3 +131,47 @@ def test_an_unsupported_setting_is_refused_naming_it(warm, tmp_path):
     assert proc.stdout.count("] REFUSED True") == 2, proc.stdout[-2000:]
     assert "CHECKPOINT_REFUSED 0 True" in proc.stdout, proc.stdout[-2000:]
     assert "CHECKPOINT_WRITTEN" not in proc.stdout
+
+
+RESUME = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+keras.utils.set_random_seed(1)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((192, 8)).astype("float32")
+y = (x[:, 0] + 2 * x[:, 1] > 0).astype("int32")
+strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] == "1")
+out, phase = os.environ["OUT"], os.environ["PHASE"]
+with strategy.scope():
+    if phase == "second":
+        model = keras.models.load_model(f"{out}/half.keras")
+    else:
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.Adam(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+epochs = {"first": 2, "second": 4, "whole": 4}[phase]
+model.fit(x, y, batch_size=48, epochs=epochs, initial_epoch=2 if phase == "second" else 0, shuffle=False, verbose=0)
+if phase == "first":
+    model.save(f"{out}/half.keras")
+np.save(f"{out}/{phase}{strategy.rank}.npy", np.concatenate([v.numpy().ravel() for v in model.weights]))
+'''
+
+
+def test_a_sharded_save_resumes_in_a_sharded_job_of_another_size(warm, tmp_path):
+    script = tmp_path / "resume.py"
+    script.write_text(RESUME)
+    env = {"OUT": str(tmp_path)}
+    _alone(tmp_path, script, env=dict(env, SHARD="0", PHASE="whole"))
+    for ranks, phase in ((2, "first"), (3, "second")):
+        proc = warm.run_job(ranks, RESUME, env=dict(env, SHARD="1", PHASE=phase), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    whole = np.load(tmp_path / "whole0.npy")
+    resumed = [np.load(tmp_path / f"second{r}.npy") for r in range(3)]
+    assert all(np.array_equal(r, resumed[0]) for r in resumed), "ranks differ"
+    # Adam's moments came back whole and went to their new owners: the run continues as one process's.
+    assert np.max(np.abs(resumed[0] - whole)) <= 1e-5, np.max(np.abs(resumed[0] - whole))
