@@ -175,3 +175,46 @@ def test_a_sharded_save_resumes_in_a_sharded_job_of_another_size(warm, tmp_path)
     assert all(np.array_equal(r, resumed[0]) for r in resumed), "ranks differ"
     # Adam's moments came back whole and went to their new owners: the run continues as one process's.
     assert np.max(np.abs(resumed[0] - whole)) <= 1e-5, np.max(np.abs(resumed[0] - whole))
+
+
+HOROVOD = r'''
+import os, json
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring.horovod.keras as hvd
+
+hvd.init()
+tf.config.threading.set_intra_op_parallelism_threads(1)
+keras.utils.set_random_seed(1 + hvd.rank())  # different initial weights: the callback broadcasts rank 0's
+rng = np.random.default_rng(0)
+x = rng.standard_normal((192, 8)).astype("float32")
+y = (x[:, 0] + 2 * x[:, 1] > 0).astype("int32")
+shard, passes = os.environ["SHARD"] == "1", int(os.environ["PASSES"])
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                          keras.layers.Dense(12, activation="relu"), keras.layers.Dense(2)])
+opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=shard,
+                               backward_passes_per_step=passes)
+model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+r, n = hvd.rank(), hvd.size()
+model.fit(x[r::n], y[r::n], batch_size=48 // n, epochs=3, shuffle=False, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+tag = f"{r}s{int(shard)}p{passes}"
+np.save(os.path.join(os.environ["OUT"], f"h{tag}.npy"), np.concatenate([v.numpy().ravel() for v in model.weights]))
+with open(os.path.join(os.environ["OUT"], f"hb{tag}.json"), "w") as f:
+    json.dump(sum(v.numpy().nbytes for v in model.optimizer.variables), f)
+'''
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_horovods_distributed_optimizer_shards_to_the_same_weights(warm, tmp_path, passes):
+    env = {"OUT": str(tmp_path), "PASSES": str(passes)}
+    for shard in ("0", "1"):
+        proc = warm.run_job(2, HOROVOD, env=dict(env, SHARD=shard), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    plain = np.load(tmp_path / f"h0s0p{passes}.npy")
+    for r in (0, 1):
+        assert np.array_equal(np.load(tmp_path / f"h{r}s1p{passes}.npy"), plain), f"rank {r} differs"
+    whole = json.loads((tmp_path / f"hb0s0p{passes}.json").read_text())
+    held = [json.loads((tmp_path / f"hb{r}s1p{passes}.json").read_text()) for r in (0, 1)]
+    assert max(held) < 0.75 * whole, (held, whole)

@@ -8,6 +8,7 @@ from tfring import runtime
 from tfring.callbacks.learning_rate_callback import LearningRateCallback
 from tfring.horovod import broadcasts
 from tfring.horovod import collectives
+from tfring.strategy.sharding import optimizer_state
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -53,7 +54,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         # model.weights, not model.variables: those include the seed generators' states, and equal
         # seeds would give every rank the same dropout masks (neither Horovod nor one process does).
         variables = [v for v in self.model.weights if id(v) not in self._local]
-        variables += list(optimizer.variables) if optimizer is not None else []
+        # (a sharded optimizer's slots differ between ranks by design: each rank keeps its own)
+        variables += optimizer_state.shared_variables(optimizer) if optimizer is not None else []
         broadcasts.broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
 

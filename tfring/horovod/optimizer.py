@@ -18,6 +18,8 @@ Horovod 0.28.1's own wrapper overrides Keras 2 methods Keras 3 never calls, so o
 replicas train without averaging and drift apart, with no error.
 """
 
+import contextlib
+
 import keras
 import tensorflow as tf
 
@@ -28,6 +30,7 @@ from tfring.horovod import gradients
 from tfring.horovod import legacy_optimizer
 from tfring.horovod import process_sets
 from tfring.ops import ordering
+from tfring.strategy.sharding import optimizer_state
 
 
 class _Distributed:
@@ -45,6 +48,8 @@ class _Distributed:
         self._hvd = dict(settings=settings, op=arguments["op"], passes=arguments["backward_passes_per_step"],
                          average=arguments["average_aggregated_gradients"],
                          scale_local=arguments["scale_local_gradients"], local=set(), accumulators=None, count=None)
+        if arguments.get("shard_optimizer_state") and basics.size() > 1:
+            optimizer_state.shard_over(self, basics.rank(), basics.size())
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
@@ -95,8 +100,16 @@ class _Distributed:
             self.build(variables)
         variables = variables if variables is not None else list(self._trainable_variables)
         if self._hvd["passes"] == 1:
-            return super().apply(self._hvd_reduce(grads, variables), trainable_variables)
-        return self._hvd_accumulate(super().apply, grads, variables, trainable_variables)
+            return self._hvd_apply_reduced(self._hvd_reduce(grads, variables), variables, trainable_variables)
+        return self._hvd_accumulate(self._hvd_apply_reduced, grads, variables, trainable_variables)
+
+    def _hvd_apply_reduced(self, reduced, variables, trainable_variables):
+        if not optimizer_state.sharded(self):
+            return super().apply(reduced, trainable_variables)
+        # Each rank updates the variables it owns; the owners hand the new values on.
+        positions = [k for k, g in enumerate(reduced) if g is not None]
+        return optimizer_state.apply_owned(lambda opt, g, v: super(_Distributed, opt).apply(g, v), self, reduced,
+                                           variables, positions, lambda n, clipped: contextlib.nullcontext())
 
     def _hvd_accumulate(self, apply, grads, variables, trainable_variables):
         passes, by_variable = self._hvd["passes"], self._hvd["accumulators"]
@@ -114,7 +127,7 @@ class _Distributed:
             summed = [tf.identity(acc) if g is not None else None for acc, g in zip(accumulators, grads)]
             if self._hvd["average"]:
                 summed = [s / tf.cast(passes, s.dtype) if s is not None else None for s in summed]
-            apply(self._hvd_reduce(summed, variables), trainable_variables)
+            apply(self._hvd_reduce(summed, variables), variables, trainable_variables)
             for acc in accumulators:
                 acc.assign(tf.zeros_like(acc))
             return tf.constant(True)
@@ -147,7 +160,8 @@ def check_op(op, gradient_predivide_factor):
 
 def distribute(optimizer, compression=compression_lib.Compression.none, sparse_as_dense=False,
                gradient_predivide_factor=1.0, op=basics.Average, backward_passes_per_step=1,
-               average_aggregated_gradients=False, scale_local_gradients=True, process_set=0):
+               average_aggregated_gradients=False, scale_local_gradients=True, process_set=0,
+               shard_optimizer_state=False):
     """Turns `optimizer` itself (its state kept) into a distributed optimizer; `hvd.keras.load_model` uses it.
 
     `process_set` is a tfring process set id (0: every rank).
@@ -162,7 +176,11 @@ def distribute(optimizer, compression=compression_lib.Compression.none, sparse_a
                      backward_passes_per_step=checks.number(where, "backward_passes_per_step",
                                                             backward_passes_per_step, integer=True, above=0),
                      average_aggregated_gradients=bool(average_aggregated_gradients),
-                     scale_local_gradients=bool(scale_local_gradients), process_set=process_set)
+                     scale_local_gradients=bool(scale_local_gradients), process_set=process_set,
+                     shard_optimizer_state=bool(shard_optimizer_state))
+    if shard_optimizer_state and (process_set != 0 or isinstance(optimizer, keras.optimizers.LossScaleOptimizer)):
+        raise ValueError(f"{where}: shard_optimizer_state=True works over every rank (process_set 0) and without a "
+                         f"LossScaleOptimizer (mixed_float16) so far")
     optimizer.__class__ = _distributed_class(type(optimizer), arguments)
     optimizer._hvd_setup()
     if optimizer.built:
@@ -174,7 +192,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=compression_lib.Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=basics.Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
-                         process_set=process_sets.global_process_set, scale_local_gradients=True):
+                         process_set=process_sets.global_process_set, scale_local_gradients=True,
+                         shard_optimizer_state=False):
     """A Keras 3 optimizer like `optimizer` that averages gradients over the ranks before applying them.
 
     Horovod's `hvd.DistributedOptimizer`, with its arguments, order and defaults. The result is a
@@ -198,6 +217,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             it applies its own gradients.
         scale_local_gradients: divide the gradients of variables registered with
             `register_local_var` by the number of ranks.
+        shard_optimizer_state: tfring's own extension (not Horovod's): keep each variable's
+            optimizer state on one rank only, about 1/N of it per rank, as
+            `RingStrategy(shard_optimizer_state=True)` does (ZeRO stage 1; see
+            `tfring.strategy.sharding.optimizer_state`). The weights stay those of the unsharded
+            optimizer; `BroadcastGlobalVariablesCallback` and elastic state leave the sharded slots
+            alone, and a save holds the whole state. Not with a process set or mixed_float16 yet.
 
     Returns:
         The distributed optimizer.
@@ -220,7 +245,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             fresh, keras.optimizers.LossScaleOptimizer):
         fresh = keras.optimizers.LossScaleOptimizer(fresh)
     return distribute(fresh, compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
-                      average_aggregated_gradients, scale_local_gradients, set_id)
+                      average_aggregated_gradients, scale_local_gradients, set_id, shard_optimizer_state)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",  # noqa: N802

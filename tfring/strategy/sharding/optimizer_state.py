@@ -29,6 +29,7 @@ optimizer updates the owned variables. Not supported yet, each refused with an e
 `tf.train.Checkpoint` of the optimizer (it would write each rank's part).
 """
 
+import contextlib
 import types
 
 import tensorflow as tf
@@ -38,6 +39,7 @@ from tfring.strategy import strategy_base
 from tfring.strategy.sharding import partition
 
 _ATTRIBUTE = "_tfring_shards"
+_OVER = "_tfring_shard_over"  # (rank, size) outside a RingStrategy: tfring.horovod's optimizers
 PIECE_BYTES = 32 << 20  # most bytes of updated values broadcast together (share_updates)
 
 
@@ -90,6 +92,57 @@ def _extended(optimizer):
     return None
 
 
+def _over(optimizer):
+    """(rank, size) when `optimizer`'s state is sharded, else None."""
+    over = optimizer.__dict__.get(_OVER)
+    if over is not None:
+        return over
+    extended = _extended(optimizer)
+    return (extended._rank, extended._size) if extended is not None else None
+
+
+def shard_over(optimizer, rank, size):
+    """Shards `optimizer`'s state over `size` ranks outside a RingStrategy (`tfring.horovod`'s
+    `DistributedOptimizer(shard_optimizer_state=True)`), before it is built.
+
+    Args:
+        optimizer: an unbuilt Keras optimizer.
+        rank: this rank.
+        size: the number of ranks (more than one).
+
+    Raises:
+        ValueError: the optimizer is built already, or uses a setting sharding does not support.
+
+    Example:
+
+    >>> shard_over(optimizer, tfring.rank(), tfring.size())
+    """
+    if optimizer.built:
+        raise ValueError("tfring: an optimizer's state can be sharded only before it is built (before its first step)")
+    object.__setattr__(optimizer, _OVER, (rank, size))  # past Keras' attribute tracking
+    _refuse_unsupported(optimizer)
+    keras_patches.apply(PATCHES)
+
+
+def shared_variables(optimizer):
+    """`optimizer`'s variables that every rank holds alike: all of them unless its state is sharded,
+    then all but its slots (what a broadcast from one rank may overwrite).
+
+    Args:
+        optimizer: a Keras optimizer.
+
+    Returns:
+        A list of variables.
+
+    Example:
+
+    >>> hvd.broadcast_variables(model.variables + shared_variables(model.optimizer), root_rank=0)
+    """
+    shards = optimizer.__dict__.get(_ATTRIBUTE)
+    variables = list(optimizer.variables)
+    return variables if shards is None else [v for v in variables if id(v) not in shards.slot_of]
+
+
 def sharded(optimizer):
     """True when `optimizer`'s state is sharded over the ranks.
 
@@ -105,7 +158,7 @@ def sharded(optimizer):
     ...     sharded(keras.optimizers.Adam())  # on 2 ranks or more
     True
     """
-    return _extended(optimizer) is not None
+    return _over(optimizer) is not None
 
 
 def _refuse_unsupported(optimizer):
@@ -113,6 +166,8 @@ def _refuse_unsupported(optimizer):
                 "gradient_accumulation_steps": "accumulators of the whole gradient"}
     if getattr(optimizer, "global_clipnorm", None):
         settings["loss_scale_factor"] = "with global_clipnorm: the norm is taken after the unscaling"
+        if _extended(optimizer) is None:
+            settings["global_clipnorm"] = "outside a RingStrategy"
     for name, why in settings.items():
         if getattr(optimizer, name, None):
             raise ValueError(
@@ -137,8 +192,8 @@ def shards_of(optimizer):
     >>> shards_of(model.optimizer).owners  # on 2 ranks, after the first step
     [0, 1, 1, 0]
     """
-    extended = _extended(optimizer)
-    if extended is None:
+    over = _over(optimizer)
+    if over is None:
         return None
     shards = optimizer.__dict__.get(_ATTRIBUTE)
     if shards is None:
@@ -146,7 +201,7 @@ def shards_of(optimizer):
         variables = getattr(optimizer, "_trainable_variables", None)
         if not variables:
             raise RuntimeError("tfring: a sharded optimizer made a slot before it knew its variables")
-        shards = Shards(variables, extended._rank, extended._size)
+        shards = Shards(variables, *over)
         object.__setattr__(optimizer, _ATTRIBUTE, shards)  # past Keras' attribute tracking
     return shards
 
@@ -258,7 +313,8 @@ def _owned_slots(original):
             return original(self, reference_variable, name, initializer)
         index = self._get_variable_index(reference_variable)
         # The slots differ between ranks: none takes rank 0's initial value (strategy's creator).
-        with strategy_base.while_traced(_extended(self), "rank_own_variables", True):
+        extended = _extended(self)
+        with strategy_base.while_traced(extended, "rank_own_variables", True) if extended else contextlib.nullcontext():
             if shards.owns(index):
                 slot = original(self, reference_variable, name, initializer)
             else:
