@@ -218,3 +218,37 @@ def test_horovods_distributed_optimizer_shards_to_the_same_weights(warm, tmp_pat
     whole = json.loads((tmp_path / f"hb0s0p{passes}.json").read_text())
     held = [json.loads((tmp_path / f"hb{r}s1p{passes}.json").read_text()) for r in (0, 1)]
     assert max(held) < 0.75 * whole, (held, whole)
+
+
+SPARSE = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+keras.utils.set_random_seed(1)
+rng = np.random.default_rng(0)
+x = rng.integers(0, 50, (96, 5))
+y = (x.sum(1) % 2).astype("int32")
+strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] == "1")
+with strategy.scope():
+    model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(50, 8), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+np.save(os.path.join(os.environ["OUT"], f"e{strategy.rank}s{os.environ['SHARD']}.npy"),
+        np.concatenate([v.numpy().ravel() for v in model.weights]))
+'''
+
+
+def test_sparse_gradients_reach_their_owner(warm, tmp_path):
+    # An Embedding's gradient is a tf.IndexedSlices: reduced as rows, applied by its owner, broadcast whole.
+    for shard in ("0", "1"):
+        proc = warm.run_job(2, SPARSE, env={"OUT": str(tmp_path), "SHARD": shard}, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    plain = np.load(tmp_path / "e0s0.npy")
+    for r in (0, 1):
+        assert np.array_equal(np.load(tmp_path / f"e{r}s1.npy"), plain), f"rank {r} differs"

@@ -226,6 +226,9 @@ def apply_owned(original, optimizer, grads, variables, positions, frame_for):
 
     >>> apply_owned(original, optimizer, reduced, variables, range(len(reduced)), frame_for)  # the door's call
     """
+    if variables is None:
+        raise ValueError("tfring: a sharded optimizer must be handed one gradient per variable it was built with "
+                         "(or the variables with them), to know which variables this rank owns")
     if not optimizer.built:
         from keras.src import backend
 
@@ -235,11 +238,12 @@ def apply_owned(original, optimizer, grads, variables, positions, frame_for):
     shards = shards_of(optimizer)
     index = [optimizer._get_variable_index(v) for v in variables]
     mine = [k for k in range(len(variables)) if shards.owns(index[k])]
+    owned = set(mine)
     clipped = bool(getattr(optimizer, "global_clipnorm", None))
     if clipped:  # over every variable's gradient, as Keras clips unsharded; not again below
         grads = _clipped_globally(optimizer, grads, variables)
     result = None
-    with frame_for(len([k for k in positions if k in set(mine)]), clipped):
+    with frame_for(len([k for k in positions if k in owned]), clipped):
         if mine:
             result = original(optimizer, [grads[k] for k in mine], [variables[k] for k in mine])
         else:  # Keras' apply of nothing would skip the count that schedules read
