@@ -33,6 +33,9 @@ OPTIMIZERS = {
     "rmsprop": lambda: keras.optimizers.RMSprop(0.01, momentum=0.5),
     "adam_clipped": lambda: keras.optimizers.Adam(0.01, global_clipnorm=0.05),  # clips at every step here
     "mixed": lambda: keras.optimizers.Adam(0.01),  # under mixed_float16: a LossScaleOptimizer around it
+    # Updates that need a whole variable's norm: a variable is never cut, so they shard as they are.
+    "lars": lambda: tfring.optimizers.LARS(0.1, momentum=0.9, weight_decay=1e-4),
+    "lamb": lambda: keras.optimizers.Lamb(0.01),
 }
 if os.environ["OPT"] == "mixed":
     keras.mixed_precision.set_global_policy("mixed_float16")
@@ -57,6 +60,7 @@ LOAD = r'''
 import sys
 import numpy as np
 import keras
+import tfring.optimizers  # (tfring's LARS, for files that hold one)
 model = keras.models.load_model(sys.argv[1])
 np.save(sys.argv[2], np.concatenate([v.numpy().ravel() for v in model.optimizer.variables]))
 '''
@@ -69,7 +73,7 @@ def _alone(tmp_path, script, args=(), env=None):
 
 
 @pytest.mark.parametrize("opt,size", [("sgd", 2), ("adam", 2), ("adamw", 3), ("rmsprop", 3), ("adam_clipped", 3),
-                                      ("mixed", 2)])
+                                      ("mixed", 2), ("lars", 2), ("lamb", 3)])
 def test_sharded_state_equals_unsharded_and_one_process(warm, tmp_path, opt, size):
     script = tmp_path / "fit.py"
     script.write_text(FIT)

@@ -315,7 +315,10 @@ def _owned_slots(original):
         shards = shards_of(self)
         if shards is None:
             return original(self, reference_variable, name, initializer)
-        index = self._get_variable_index(reference_variable)
+        try:
+            index = self._get_variable_index(reference_variable)
+        except KeyError:  # a slot for something else than a trainable variable: every rank keeps it
+            return original(self, reference_variable, name, initializer)
         # The slots differ between ranks: none takes rank 0's initial value (strategy's creator).
         extended = _extended(self)
         with strategy_base.while_traced(extended, "rank_own_variables", True) if extended else contextlib.nullcontext():
