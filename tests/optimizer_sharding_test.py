@@ -211,10 +211,12 @@ with open(os.path.join(os.environ["OUT"], f"hb{tag}.json"), "w") as f:
 
 
 @pytest.mark.parametrize("passes", [1, 2])
-def test_horovods_distributed_optimizer_shards_to_the_same_weights(warm, tmp_path, passes):
+def test_horovods_distributed_optimizer_shards_to_the_same_weights(tmp_path, passes):
     env = {"OUT": str(tmp_path), "PASSES": str(passes)}
     for shard in ("0", "1"):
-        proc = warm.run_job(2, HOROVOD, env=dict(env, SHARD=shard), timeout=600)
+        # Fresh processes: a warm worker that ran a RingStrategy would take this script's model for one
+        # built outside that strategy's scope.
+        proc = run_job(2, HOROVOD, env=dict(env, SHARD=shard), timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     plain = np.load(tmp_path / f"h0s0p{passes}.npy")
     for r in (0, 1):
