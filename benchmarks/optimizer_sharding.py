@@ -111,10 +111,10 @@ def memory_limits(ranks, limit_mb):
             path = f"{prefix}-r{r}"
             os.mkdir(path, 0o700)
             made.append(path)
-            for name, value in (("memory.limit_in_bytes", limit_mb << 20), ("memory.memsw.limit_in_bytes", limit_mb << 20)):
+            for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
                 with contextlib.suppress(OSError):  # (no swap accounting: the first alone)
                     with open(os.path.join(path, name), "w") as f:
-                        f.write(str(value))
+                        f.write(str(limit_mb << 20))
         yield prefix
     finally:
         for path in made:

@@ -122,7 +122,8 @@ model.fit(np.ones((8, 4), "float32"), np.ones((8, 2), "float32"), batch_size=4, 
 # tf.train.Checkpoint would write each rank's part of the state: refused (model.save gathers it).
 try:
     import tensorflow as tf
-    tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(os.path.join(os.environ["OUT"], f"c{strategy.rank}"))
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    checkpoint.write(os.path.join(os.environ["OUT"], f"c{strategy.rank}"))
     print("CHECKPOINT_WRITTEN", strategy.rank)
 except ValueError as e:
     print("CHECKPOINT_REFUSED", strategy.rank, "model.save" in str(e))

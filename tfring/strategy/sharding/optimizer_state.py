@@ -1,10 +1,11 @@
 """Optimizer-state sharding, stage 1: each rank keeps the optimizer's state of the variables it owns.
 
-Under `RingStrategy(shard_optimizer_state=True)` every trainable variable has one owner rank
-(`partition.owners`: whole variables, balanced by bytes, the same on every rank). A rank's
-optimizer creates its slots (SGD's momentum, Adam's two moments, ...) only for the variables it
-owns; for the others it creates an empty placeholder of the same name and dtype, so every rank's
-optimizer has the same variables in the same order. A step then runs:
+Under `RingStrategy(shard_optimizer_state=True)` (and `tfring.horovod`'s
+`DistributedOptimizer(..., shard_optimizer_state=True)`, through `shard_over`) every trainable
+variable has one owner rank (`partition.owners`: whole variables, balanced by bytes, the same on
+every rank). A rank's optimizer creates its slots (SGD's momentum, Adam's two moments, ...) only
+for the variables it owns; for the others it creates an empty placeholder of the same name and
+dtype, so every rank's optimizer has the same variables in the same order. A step then runs:
 
 1. the gradients are all-reduced as without sharding (the optimizer's door, `gradients.door`);
 2. the user's optimizer updates the variables this rank owns, as it would unsharded;
