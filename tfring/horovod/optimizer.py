@@ -221,8 +221,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             optimizer state on one rank only, about 1/N of it per rank, as
             `RingStrategy(shard_optimizer_state=True)` does (ZeRO stage 1; see
             `tfring.strategy.sharding.optimizer_state`). The weights stay those of the unsharded
-            optimizer; `BroadcastGlobalVariablesCallback` and elastic state leave the sharded slots
-            alone, and a save holds the whole state. Not with a process set or mixed_float16 yet.
+            optimizer; `BroadcastGlobalVariablesCallback` leaves the sharded slots alone, and a save
+            holds the whole state. Not with a process set, mixed_float16, `global_clipnorm` or
+            `hvd.elastic` state yet.
 
     Returns:
         The distributed optimizer.

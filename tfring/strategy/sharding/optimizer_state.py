@@ -79,10 +79,7 @@ class Shards:
 
 
 def _bytes(variable):
-    elements = 1
-    for d in variable.shape:
-        elements *= int(d)
-    return elements * tf.as_dtype(variable.dtype).size
+    return tf.TensorShape(variable.shape).num_elements() * tf.as_dtype(variable.dtype).size
 
 
 def _extended(optimizer):
@@ -172,7 +169,7 @@ def _refuse_unsupported(optimizer):
     for name, why in settings.items():
         if getattr(optimizer, name, None):
             raise ValueError(
-                f"tfring: RingStrategy(shard_optimizer_state=True) does not support the optimizer's {name} yet "
+                f"tfring: shard_optimizer_state=True does not support the optimizer's {name} yet "
                 f"({why}): leave it unset or turn sharding off")
 
 
@@ -338,7 +335,7 @@ def _refuse_checkpoint():
     """What `tf.train.Checkpoint` gets from a placeholder slot: an error, never a part of the state."""
     raise ValueError(
         "tfring: tf.train.Checkpoint cannot save an optimizer whose state is sharded "
-        "(RingStrategy(shard_optimizer_state=True)): each rank holds only part of it. Save with model.save, "
+        "(shard_optimizer_state=True): each rank holds only part of it. Save with model.save, "
         "ModelCheckpoint or BackupAndRestore, which gather the whole state")
 
 
