@@ -11,7 +11,9 @@ was), so the difference is what the collective adds. Grappler removes `identity_
 fold the ops on either side of it (in the optimizer pattern `(v * 1.0001) * 1e-9` becomes one
 multiply), which it cannot do around a collective; so a third peer puts tfring's own pass-through
 op (`TfringRelay`, which grappler leaves alone and which hands the same buffers on) in the
-collective's place, and the table gives what tfring adds over both:
+collective's place; and a fourth puts the pass-through behind a tfring barrier that waits for every
+input, so the ranks meet there and no data moves (what tfring adds over it is what moving the
+tensors costs). The table gives what tfring adds over all three:
 
 - captured: `--tensors` float32 vectors of `--size` captured by the function, every result
   returned (the README's figure);
@@ -25,8 +27,8 @@ collective's place, and the table gives what tfring adds over both:
   TensorFlow), one collective per vector and one for all; and, for one op each, the same
   collectives as start ops chained in program order and waited for after (`tfring.ops.started`).
 
-Printed: per pattern, the median ms with TensorFlow alone, with the pass-through and with tfring,
-the ms tfring adds over each, and that per 1000 tensors. The calls take turns, the order reversed
+Printed: per pattern, the median ms with TensorFlow alone, with the pass-through, behind the barrier
+and with tfring, the ms tfring adds over each, and that per 1000 tensors. The calls take turns, the order reversed
 every other round.
 """
 
@@ -112,6 +114,21 @@ PATTERNS = {
 }
 
 
+def synced(lib, tensors):
+    """The pass-through behind a barrier that waits for every tensor: the ranks meet where the
+    collective would be, and no data moves. What tfring adds over it is what moving the tensors
+    costs; the barrier's own cost over the pass-through is what any collective at that point pays
+    for the ranks reaching it at different times."""
+    import tensorflow as tf
+
+    import tfring
+
+    with tf.control_dependencies(tensors):
+        met = tfring.ops.barrier()
+    with tf.control_dependencies([met]):
+        return list(lib.tfring_relay(tensors))
+
+
 def _wait(out):
     """The step's last output on the host (a function's call returns once it ran, on CPU)."""
     return (out[-1] if isinstance(out, (list, tuple)) else out).numpy()
@@ -145,7 +162,7 @@ def worker(args):
 
     lib = collectives._ops()
     peers = {"tf": lambda ts: tf.identity_n(ts), "passthrough": lambda ts: list(lib.tfring_relay(ts)),
-             "tfring": lambda ts: tfring.ops.allreduce(ts, op="sum")}
+             "synced": lambda ts: synced(lib, ts), "tfring": lambda ts: tfring.ops.allreduce(ts, op="sum")}
     counts = {"tensors": (args.tensors, args.size), "separate": (args.separate, SEPARATE_SIZE)}
     for name, (_, make, kind) in PATTERNS.items():
         count, size = counts[kind]
@@ -175,17 +192,17 @@ def run_job(args):
 def print_table(results):
     import numpy as np
 
-    print("| pattern | tensors | TF alone ms | TF + pass-through ms | tfring ms | tfring adds ms (over TF alone, "
-          "over pass-through) | per 1000 tensors | core alone ms | started ops ms |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| pattern | tensors | TF alone ms | TF + pass-through ms | TF + barrier ms | tfring ms | tfring adds ms "
+          "(over TF alone, the pass-through, the barrier) | per 1000 tensors | core alone ms | started ops ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         ms = {peer: 1000 * np.median(values) for peer, values in r["samples"].items()}
         extra = " | ".join(f"{ms[peer]:.2f}" if peer in ms else "" for peer in ("core", "started"))
         count = int(r["note"].split(" x ")[0])
-        added = [ms["tfring"] - ms[base] for base in ("tf", "passthrough")]
+        added = [ms["tfring"] - ms[base] for base in ("tf", "passthrough", "synced")]
         print(f"| {PATTERNS[r['peer']][0]} | {r['note']} | {ms['tf']:.2f} | {ms['passthrough']:.2f} | "
-              f"{ms['tfring']:.2f} | {added[0]:.2f}, {added[1]:.2f} | "
-              f"{added[0] * 1000 / count:.2f}, {added[1] * 1000 / count:.2f} | {extra} |")
+              f"{ms['synced']:.2f} | {ms['tfring']:.2f} | {', '.join(f'{a:.2f}' for a in added)} | "
+              f"{', '.join(f'{a * 1000 / count:.2f}' for a in added)} | {extra} |")
 
 
 def main():
