@@ -39,12 +39,15 @@ OPTIMIZERS = {
 }
 if os.environ["OPT"] == "mixed":
     keras.mixed_precision.set_global_policy("mixed_float16")
-strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] == "1")
+# SHARD: 0 unsharded, 1 the optimizer state, 2 the gradients too.
+strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] != "0",
+                               shard_gradients=os.environ["SHARD"] == "2")
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                               keras.layers.Dense(12, activation="relu"), keras.layers.Dense(3)])
     model.compile(optimizer=OPTIMIZERS[os.environ["OPT"]](),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+before = tfring.traffic()  # (a warm worker's counts start with the jobs it ran before)
 # 192 rows in batches of 40: the last batch (32 rows) is uneven over 3 ranks.
 model.fit(x, y, batch_size=40, epochs=3, shuffle=False, verbose=0)
 tag = f"{strategy.rank}of{strategy.size}s{os.environ['SHARD']}"
@@ -54,6 +57,8 @@ state_bytes = sum(v.numpy().nbytes for v in model.optimizer.variables)
 model.save(f"{out}/model{strategy.size}s{os.environ['SHARD']}.keras")
 with open(f"{out}/bytes{tag}.json", "w") as f:
     json.dump(state_bytes, f)
+with open(f"{out}/traffic{tag}.json", "w") as f:
+    json.dump({kind: {k: c[k] - before[kind][k] for k in c} for kind, c in tfring.traffic().items()}, f)
 '''
 
 LOAD = r'''
@@ -100,6 +105,63 @@ def test_sharded_state_equals_unsharded_and_one_process(warm, tmp_path, opt, siz
     for shard in ("0", "1"):
         _alone(tmp_path, loader, (str(tmp_path / f"model{size}s{shard}.keras"), str(tmp_path / f"state{shard}.npy")))
     np.testing.assert_array_equal(np.load(tmp_path / "state1.npy"), np.load(tmp_path / "state0.npy"))
+
+
+@pytest.mark.parametrize("opt,size", [("sgd", 2), ("adam", 2), ("adam_clipped", 3), ("rmsprop", 3)])
+def test_sharded_gradients_equal_one_process_and_travel_to_their_owners(warm, tmp_path, opt, size):
+    script = tmp_path / "fit.py"
+    script.write_text(FIT)
+    env = {"OPT": opt, "OUT": str(tmp_path)}
+    _alone(tmp_path, script, env=dict(env, SHARD="0"))
+    proc = warm.run_job(size, FIT, env=dict(env, SHARD="2"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = np.load(tmp_path / "w0of1s0.npy")
+    staged = [np.load(tmp_path / f"w{r}of{size}s2.npy") for r in range(size)]
+    for r in range(1, size):
+        assert np.array_equal(staged[r], staged[0]), f"rank {r} ended with other weights than rank 0"
+    assert np.max(np.abs(staged[0] - one)) <= 1e-5
+    whole = json.loads((tmp_path / "bytes0of1s0.json").read_text())
+    held = [json.loads((tmp_path / f"bytes{r}of{size}s2.json").read_text()) for r in range(size)]
+    assert max(held) < 0.75 * whole, (held, whole)
+    # The gradients were reduce-scattered, not all-reduced: what was all-reduced is small (the
+    # metrics, the clipping norm), a fraction of one step's gradients.
+    traffic = json.loads((tmp_path / f"traffic0of{size}s2.json").read_text())
+    gradient_bytes = 4 * one.size
+    assert traffic["reducescatter"]["calls"] >= 15, traffic  # 3 epochs of 5 steps
+    assert traffic["reducescatter"]["bytes"] >= 15 * gradient_bytes, traffic
+    assert traffic["allreduce"]["bytes"] < gradient_bytes, traffic
+
+
+STAGE2_REFUSED = r'''
+import numpy as np
+import keras
+import tfring
+try:
+    tfring.RingStrategy(shard_gradients=True)
+except ValueError as e:
+    print("NEEDS_STATE", "shard_optimizer_state=True" in str(e))
+for what in ("compression", "mixed"):
+    if what == "mixed":
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    strategy = tfring.RingStrategy(shard_optimizer_state=True, shard_gradients=True,
+                                   compression="fp16" if what == "compression" else None)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    try:
+        model.fit(np.ones((8, 4), "float32"), np.ones((8, 2), "float32"), batch_size=4, verbose=0)
+        print("FITTED", what)
+    except ValueError as e:
+        print("REFUSED", what, "shard_gradients=False" in str(e))
+'''
+
+
+def test_sharded_gradients_refuse_what_needs_whole_gradients(tmp_path):
+    proc = run_job(2, STAGE2_REFUSED, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in ("NEEDS_STATE True", "REFUSED compression True", "REFUSED mixed True"):
+        assert f"[0] {line}" in proc.stdout, proc.stdout[-3000:]
+    assert "FITTED" not in proc.stdout
 
 
 REFUSED = r'''
@@ -150,7 +212,9 @@ keras.utils.set_random_seed(1)
 rng = np.random.default_rng(0)
 x = rng.standard_normal((192, 8)).astype("float32")
 y = (x[:, 0] + 2 * x[:, 1] > 0).astype("int32")
-strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] == "1")
+# SHARD: 0 unsharded, 1 the optimizer state, 2 the gradients too.
+strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] != "0",
+                               shard_gradients=os.environ["SHARD"] == "2")
 out, phase = os.environ["OUT"], os.environ["PHASE"]
 with strategy.scope():
     if phase == "second":
@@ -195,16 +259,16 @@ keras.utils.set_random_seed(1 + hvd.rank())  # different initial weights: the ca
 rng = np.random.default_rng(0)
 x = rng.standard_normal((192, 8)).astype("float32")
 y = (x[:, 0] + 2 * x[:, 1] > 0).astype("int32")
-shard, passes = os.environ["SHARD"] == "1", int(os.environ["PASSES"])
+shard, passes = os.environ["SHARD"] != "0", int(os.environ["PASSES"])  # SHARD 2: the gradients too
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                           keras.layers.Dense(12, activation="relu"), keras.layers.Dense(2)])
 opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=shard,
-                               backward_passes_per_step=passes)
+                               shard_gradients=os.environ["SHARD"] == "2", backward_passes_per_step=passes)
 model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 r, n = hvd.rank(), hvd.size()
 model.fit(x[r::n], y[r::n], batch_size=48 // n, epochs=3, shuffle=False, verbose=0,
           callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
-tag = f"{r}s{int(shard)}p{passes}"
+tag = f"{r}s{os.environ['SHARD']}p{passes}"
 np.save(os.path.join(os.environ["OUT"], f"h{tag}.npy"), np.concatenate([v.numpy().ravel() for v in model.weights]))
 with open(os.path.join(os.environ["OUT"], f"hb{tag}.json"), "w") as f:
     json.dump(sum(v.numpy().nbytes for v in model.optimizer.variables), f)
@@ -214,17 +278,18 @@ with open(os.path.join(os.environ["OUT"], f"hb{tag}.json"), "w") as f:
 @pytest.mark.parametrize("passes", [1, 2])
 def test_horovods_distributed_optimizer_shards_to_the_same_weights(tmp_path, passes):
     env = {"OUT": str(tmp_path), "PASSES": str(passes)}
-    for shard in ("0", "1"):
+    for shard in ("0", "1", "2"):
         # Fresh processes: a warm worker that ran a RingStrategy would take this script's model for one
         # built outside that strategy's scope.
         proc = run_job(2, HOROVOD, env=dict(env, SHARD=shard), timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     plain = np.load(tmp_path / f"h0s0p{passes}.npy")
-    for r in (0, 1):
-        assert np.array_equal(np.load(tmp_path / f"h{r}s1p{passes}.npy"), plain), f"rank {r} differs"
     whole = json.loads((tmp_path / f"hb0s0p{passes}.json").read_text())
-    held = [json.loads((tmp_path / f"hb{r}s1p{passes}.json").read_text()) for r in (0, 1)]
-    assert max(held) < 0.75 * whole, (held, whole)
+    for shard in ("1", "2"):  # on 2 ranks a reduce-scatter adds the same two values as the allreduce
+        for r in (0, 1):
+            assert np.array_equal(np.load(tmp_path / f"h{r}s{shard}p{passes}.npy"), plain), f"{shard}: rank {r}"
+        held = [json.loads((tmp_path / f"hb{r}s{shard}p{passes}.json").read_text()) for r in (0, 1)]
+        assert max(held) < 0.75 * whole, (shard, held, whole)
 
 
 SPARSE = r'''
@@ -239,7 +304,9 @@ keras.utils.set_random_seed(1)
 rng = np.random.default_rng(0)
 x = rng.integers(0, 50, (96, 5))
 y = (x.sum(1) % 2).astype("int32")
-strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] == "1")
+# SHARD: 0 unsharded, 1 the optimizer state, 2 the gradients too.
+strategy = tfring.RingStrategy(shard_optimizer_state=os.environ["SHARD"] != "0",
+                               shard_gradients=os.environ["SHARD"] == "2")
 with strategy.scope():
     model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(50, 8), keras.layers.Flatten(),
                               keras.layers.Dense(2)])

@@ -99,7 +99,7 @@ def _bucket_bytes(size):
     return 0 if size == 1 else buckets.on_device(buckets.untuned(config.Config.resolve().bucket_bytes), on_cpu)
 
 
-def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, variables=None):
+def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, variables=None, owners=None):
     """This rank's gradients averaged (or summed) over the ranks, Horovod's way; as they are on a
     rank outside the settings' process set (Horovod's rule).
 
@@ -112,6 +112,9 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, v
         scale_local_gradients: see `local`.
         variables: the variable (or source) of each gradient, a list like `grads`, for a hook's
             per-variable state; None where unknown.
+        owners: with sharded gradients, the rank that owns each gradient's variable (a list like
+            `grads`): each dense gradient is reduced to its owner alone and is None on the other
+            ranks (`reduction.reduce_to_owners`). None: every rank gets every gradient.
 
     Returns:
         A list like `grads`.
@@ -123,9 +126,16 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, v
         return list(grads)
     shared = [k for k in range(len(grads)) if k not in local]
     out = list(grads)
-    owners = [variables[k] for k in shared] if variables is not None else None
+    if owners is not None:  # dense gradients to their owners; sparse ones (rows) to every rank
+        to_owners = [k for k in shared if grads[k] is not None and not isinstance(grads[k], tf.IndexedSlices)]
+        shared = [k for k in shared if k not in set(to_owners)]
+        reduced = reduction.reduce_to_owners(gradient_settings, [grads[k] for k in to_owners],
+                                             [owners[k] for k in to_owners], op=tfring_op)
+        for k, r in zip(to_owners, reduced):
+            out[k] = r
+    sources = [variables[k] for k in shared] if variables is not None else None
     reduced = reduction.reduce_gradients(gradient_settings, [grads[k] for k in shared], op=tfring_op,
-                                         variables=owners)
+                                         variables=sources)
     for k, r in zip(shared, reduced):
         out[k] = r
     if scale_local_gradients:

@@ -50,6 +50,7 @@ class _Distributed:
                          scale_local=arguments["scale_local_gradients"], local=set(), accumulators=None, count=None)
         if arguments.get("shard_optimizer_state") and basics.size() > 1:
             optimizer_state.shard_over(self, basics.rank(), basics.size())
+            self._hvd["to_owners"] = arguments.get("shard_gradients", False)
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
@@ -81,8 +82,9 @@ class _Distributed:
 
     def _hvd_reduce(self, grads, variables):
         local = [k for k, v in enumerate(variables) if id(v) in self._hvd["local"]]
+        owners = optimizer_state.owners_of(self, list(variables)) if self._hvd.get("to_owners") else None
         return gradients.reduce(self._hvd["settings"], grads, self._hvd["op"], local, self._hvd["scale_local"],
-                                variables=list(variables))
+                                variables=list(variables), owners=owners)
 
     def apply(self, grads, trainable_variables=None):
         """Reduces `grads` over the ranks, then applies them as the wrapped optimizer does.
@@ -109,7 +111,8 @@ class _Distributed:
         # Each rank updates the variables it owns; the owners hand the new values on.
         positions = [k for k, g in enumerate(reduced) if g is not None]
         return optimizer_state.apply_owned(lambda opt, g, v: super(_Distributed, opt).apply(g, v), self, reduced,
-                                           variables, positions, lambda n, clipped: contextlib.nullcontext())
+                                           variables, positions, lambda n, clipped: contextlib.nullcontext(),
+                                           whole=not self._hvd.get("to_owners"))
 
     def _hvd_accumulate(self, apply, grads, variables, trainable_variables):
         passes, by_variable = self._hvd["passes"], self._hvd["accumulators"]
@@ -161,7 +164,7 @@ def check_op(op, gradient_predivide_factor):
 def distribute(optimizer, compression=compression_lib.Compression.none, sparse_as_dense=False,
                gradient_predivide_factor=1.0, op=basics.Average, backward_passes_per_step=1,
                average_aggregated_gradients=False, scale_local_gradients=True, process_set=0,
-               shard_optimizer_state=False):
+               shard_optimizer_state=False, shard_gradients=False):
     """Turns `optimizer` itself (its state kept) into a distributed optimizer; `hvd.keras.load_model` uses it.
 
     `process_set` is a tfring process set id (0: every rank).
@@ -177,10 +180,16 @@ def distribute(optimizer, compression=compression_lib.Compression.none, sparse_a
                                                             backward_passes_per_step, integer=True, above=0),
                      average_aggregated_gradients=bool(average_aggregated_gradients),
                      scale_local_gradients=bool(scale_local_gradients), process_set=process_set,
-                     shard_optimizer_state=bool(shard_optimizer_state))
+                     shard_optimizer_state=bool(shard_optimizer_state), shard_gradients=bool(shard_gradients))
     if shard_optimizer_state and (process_set != 0 or isinstance(optimizer, keras.optimizers.LossScaleOptimizer)):
         raise ValueError(f"{where}: shard_optimizer_state=True works over every rank (process_set 0) and without a "
                          f"LossScaleOptimizer (mixed_float16) so far")
+    if shard_gradients and not shard_optimizer_state:
+        raise ValueError(f"{where}: shard_gradients=True needs shard_optimizer_state=True (each rank receives the "
+                         f"gradients of the variables whose optimizer state it keeps)")
+    if shard_gradients and (compression is not compression_lib.Compression.none or gradient_predivide_factor != 1.0):
+        raise ValueError(f"{where}: shard_gradients=True reduces each gradient to its owner only, which compression "
+                         f"and gradient_predivide_factor cannot do yet: drop them or set shard_gradients=False")
     optimizer.__class__ = _distributed_class(type(optimizer), arguments)
     optimizer._hvd_setup()
     if optimizer.built:
@@ -193,7 +202,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          gradient_predivide_factor=1.0, op=basics.Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=process_sets.global_process_set, scale_local_gradients=True,
-                         shard_optimizer_state=False):
+                         shard_optimizer_state=False, shard_gradients=False):
     """A Keras 3 optimizer like `optimizer` that averages gradients over the ranks before applying them.
 
     Horovod's `hvd.DistributedOptimizer`, with its arguments, order and defaults. The result is a
@@ -224,6 +233,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             optimizer; `BroadcastGlobalVariablesCallback` leaves the sharded slots alone, and a save
             holds the whole state. Not with a process set, mixed_float16, `global_clipnorm` or
             `hvd.elastic` state yet.
+        shard_gradients: tfring's own extension: with `shard_optimizer_state=True`, each rank also
+            receives only the reduced gradients of the variables it owns (ZeRO stage 2; see
+            `RingStrategy(shard_gradients=True)`). Not with `compression` or a predivide factor.
 
     Returns:
         The distributed optimizer.
@@ -246,7 +258,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             fresh, keras.optimizers.LossScaleOptimizer):
         fresh = keras.optimizers.LossScaleOptimizer(fresh)
     return distribute(fresh, compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
-                      average_aggregated_gradients, scale_local_gradients, set_id, shard_optimizer_state)
+                      average_aggregated_gradients, scale_local_gradients, set_id, shard_optimizer_state,
+                      shard_gradients)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",  # noqa: N802

@@ -104,6 +104,68 @@ def allreduce_start(tensors, op="sum", name=None, process_set=0):
         group, reduce_op=op, name=name, process_set=process_set))
 
 
+def reduce_to_owners_start(tensors, owners, op="sum", process_set=0):
+    """Starts reducing a list so that each tensor arrives, reduced whole, on one rank only (its
+    owner), and returns at once: one collective per dtype, each a reduce-scatter whose blocks are
+    the owners' tensors.
+
+    What a sharded optimizer needs of its gradients (each rank updates the variables it owns):
+    every rank sends each gradient once and receives only its own, about half the bytes of an
+    allreduce. On 2 ranks each owner's results equal the allreduce's bit for bit; on more, they may
+    differ in the last bits (the ranks add in another order).
+
+    Args:
+        tensors: a list of tensors, the same shapes on every rank.
+        owners: one rank per tensor (its position in `process_set`), the same list on every rank.
+        op: "sum", "mean", "min", "max" or "product".
+        process_set: as for `allreduce`.
+
+    Returns:
+        A `Pending`: its `wait()` returns a list like `tensors`, the reduced tensor where this rank
+        is the owner and None elsewhere.
+
+    Raises:
+        ValueError: `owners` does not give one rank of the set per tensor.
+
+    Example:
+
+    >>> reduce_to_owners_start([g1, g2], owners=[0, 1]).wait()   # rank 0: [sum of g1, None]
+    """
+    checks.choice("tfring.reduce_to_owners_start", "op", op, collectives.REDUCE_OPS)
+    process_set = collectives._set_id("reduce_to_owners_start", process_set)
+    items = [tf.convert_to_tensor(t) for t in tensors]
+    owners = [int(o) for o in owners]
+    size = collectives.set_size(process_set)
+    if len(owners) != len(items) or any(not 0 <= o < size for o in owners):
+        raise ValueError(f"tfring.reduce_to_owners_start: owners must give one rank in [0, {size}) for each of "
+                         f"the {len(items)} tensors, got {owners}")
+    if not items:
+        return Pending(lambda: [])
+    collectives._check_dtypes("reduce_to_owners_start", items, collectives._REDUCE_DTYPES)
+    me = collectives.position("reduce_to_owners_start", process_set)
+    lib = collectives._ops()
+    started = []  # (positions in items, this rank's positions among them, buffers, ticket)
+    for idx in collectives._dtype_groups(items):
+        group_owners = [owners[i] for i in idx]
+        owned = [k for k, o in enumerate(group_owners) if o == me]
+        ticket, buffers = ordering.ordered(lambda idx=idx, group_owners=group_owners, owned=owned: _ticket_first(
+            lib.tfring_reduce_to_owners_start([items[i] for i in idx], M=len(owned), owners=group_owners,
+                                              owned=owned, reduce_op=op, process_set=process_set)))
+        started.append((idx, owned, buffers, ticket))
+
+    def done():
+        out = [None] * len(items)
+        for idx, owned, buffers, ticket in started:
+            if not owned:  # nothing of this group comes here: wait for its collective all the same
+                lib.tfring_collective_done([tf.zeros([0], items[idx[0]].dtype)], ticket)
+                continue
+            for k, r in zip(owned, collectives.relayed(lib, lib.tfring_collective_done(buffers, ticket))):
+                out[idx[k]] = r
+        return out
+
+    return Pending(done)
+
+
 def _one_start_per_dtype(items, start):
     """`start(lib, group)` (a start op: buffers, ticket) for each dtype group of `items`, each the
     next link of the chain; a `Pending` of the results in the order of `items`."""

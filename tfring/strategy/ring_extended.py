@@ -74,6 +74,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.gradient_frame = None  # what the optimizer's door did in the apply being traced (door)
         self.reducing_gradients = None  # Keras' own gradient all-reduce is traced: its variables (door)
         self.shards_optimizer_state = False  # RingStrategy(shard_optimizer_state=True) (sharding)
+        self.shards_gradients = False  # RingStrategy(shard_gradients=True): gradients reduced to owners
         self.rank_own_variables = False  # variables being made differ per rank: no broadcast (sharding)
 
     @property
@@ -222,6 +223,23 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         op = "mean" if reduce_op == tf.distribute.ReduceOp.MEAN else "sum"
         return reduction.reduce_gradients(self.gradient_settings, grads, op=op, rows=rows, as_rows=as_rows,
                                           by_rows=by_rows, variables=variables)
+
+    def reduce_gradients_to_owners(self, grads, owners, by_rows=False):
+        """This rank's dense gradients averaged over the ranks, each on its owner alone (see
+        `gradients.reduction.reduce_to_owners`); None where another rank owns it.
+
+        Args:
+            grads: a list of dense tensors or None.
+            owners: each gradient's owner rank.
+            by_rows: a mean that weighs each rank by its rows in the step (see `step_rows`).
+
+        Returns:
+            A list like `grads`.
+        """
+        frame = self.gradient_frame
+        rows = None if frame is not None and frame.zeroed else self.step_rows
+        return reduction.reduce_to_owners(self.gradient_settings, grads, owners, op="mean", rows=rows,
+                                          by_rows=by_rows)
 
     def _local_value(self, value):
         if isinstance(value, tf.IndexedSlices):

@@ -151,6 +151,20 @@ def _reduce(extended, grads, positions, as_rows, variables, scale=None, weighted
     return grads
 
 
+def _reduce_to_owners(extended, optimizer, grads, positions, variables):
+    """`grads` with those at `positions` averaged over the ranks as `_reduce` does, each dense one
+    on the rank that owns its variable alone (None on the others); sparse ones reach every rank."""
+    owners = optimizer_state.owners_of(optimizer, variables)
+    sparse = [k for k in positions if isinstance(grads[k], tf.IndexedSlices)]
+    dense = [k for k in positions if k not in set(sparse)]
+    grads = _reduce(extended, grads, sparse, clips(optimizer), variables) if sparse else list(grads)
+    reduced = extended.reduce_gradients_to_owners([grads[k] for k in dense], [owners[k] for k in dense],
+                                                  by_rows=True)
+    for k, g in zip(dense, reduced):
+        grads[k] = g
+    return grads
+
+
 def _times(gradient, factor):
     if isinstance(gradient, tf.IndexedSlices):
         return tf.IndexedSlices(gradient.values * tf.cast(factor, gradient.values.dtype), gradient.indices,
@@ -168,12 +182,19 @@ def _door(original):
         outer = extended.gradient_frame
         variables = _variables(self, grads, trainable_variables)
         if optimizer_state.sharded(self) and not self.gradient_accumulation_steps:
-            if outer is None or not outer.all_reduced:
+            whole = not extended.shards_gradients
+            if outer is not None and outer.all_reduced and not whole:
+                raise ValueError("tfring: shard_gradients=True does not support a LossScaleOptimizer (mixed "
+                                 "precision) yet: its finiteness check needs every gradient on every rank; use "
+                                 "shard_gradients=False (the optimizer state stays sharded)")
+            if not whole:
+                grads = _reduce_to_owners(extended, self, grads, positions, variables)
+            elif outer is None or not outer.all_reduced:
                 grads = _reduce(extended, grads, positions, clips(self), variables)
             return optimizer_state.apply_owned(
                 original, self, grads, variables, positions,
                 lambda n, clipped: strategy_base.while_traced(extended, "gradient_frame",
-                                                              Frame(passes=n, clipped=clipped)))
+                                                              Frame(passes=n, clipped=clipped)), whole=whole)
         if outer is not None and outer.all_reduced:  # inside a LossScaleOptimizer's door
             frame = Frame(passes=len(positions))
         elif self.gradient_accumulation_steps:  # Keras reduces the sum, once per k micro-steps

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tfring.compression import default_hooks
 from tfring.compression import runner
+from tfring.ops import started
 from tfring.strategy.gradients import buckets as buckets_lib
 from tfring.strategy.gradients import sparse
 
@@ -108,4 +109,53 @@ def _reduce_dense(settings, values, op, rows, by_rows, variables):
     for idx, rs in zip(order, travelled):
         for i, r in zip(idx, rs):
             reduced[i] = r
+    return reduced
+
+
+def reduce_to_owners(settings, grads, owners, op="sum", rows=None, by_rows=False):
+    """Sums (or averages) dense gradients over the ranks so that each arrives on its owner alone
+    (sharded gradients: `RingStrategy(shard_gradients=True)`), in buckets that start as the
+    backward pass produces them.
+
+    Args:
+        settings: a `GradientSettings`; its hook must be the exact default (a hook returns whole
+            gradients on every rank).
+        grads: a list of dense gradients or None (left as they are).
+        owners: the owner of each gradient (its rank in the settings' process set), like `grads`.
+        op: "sum" or "mean".
+        rows: as for `reduce_gradients`.
+        by_rows: as for `reduce_gradients`.
+
+    Returns:
+        A list like `grads`: the reduced gradient where this rank owns it, None elsewhere; the
+        same values as `reduce_gradients` gives the owner.
+
+    Raises:
+        ValueError: a communication hook or compression is set, or a gradient is sparse.
+
+    Example:
+
+    >>> reduce_to_owners(settings, [kernel_grad, bias_grad], owners=[0, 1], op="mean")  # rank 0: [sum / 2, None]
+    """
+    settings.traced = True
+    if not settings.exact:
+        raise ValueError(f"tfring: shard_gradients=True reduces each gradient to its owner only, which a "
+                         f"communication hook or compression cannot do (they return whole gradients): "
+                         f"{runner.hook_name(settings.hook)} is set; drop it or set shard_gradients=False")
+    if any(isinstance(g, tf.IndexedSlices) for g in grads):
+        raise ValueError("tfring: reduce_to_owners takes dense gradients (reduce sparse ones with reduce_gradients)")
+    dense = [k for k, g in enumerate(grads) if g is not None]
+    values = [tf.convert_to_tensor(grads[k]) for k in dense]
+    order = buckets_lib.plan(values, 0 if tf.executing_eagerly() else settings.bucket_bytes)
+    pending = []
+    for idx in order:
+        bucket = [values[i] for i in idx]
+        if rows is not None:
+            bucket = rows.for_mean(bucket) if by_rows else rows.zero_if_empty(bucket)
+        pending.append((idx, started.reduce_to_owners_start(bucket, [owners[dense[i]] for i in idx], op=op,
+                                                            process_set=settings.process_set)))
+    reduced = [None] * len(grads)
+    for idx, one in pending:
+        for i, r in zip(idx, one.wait()):
+            reduced[dense[i]] = r
     return reduced

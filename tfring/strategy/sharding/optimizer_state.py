@@ -204,7 +204,40 @@ def shards_of(optimizer):
     return shards
 
 
-def apply_owned(original, optimizer, grads, variables, positions, frame_for):
+def _built(optimizer, variables):
+    """Builds `optimizer` for `variables` if it is not yet (as Keras' `apply` would)."""
+    if variables is None:
+        raise ValueError("tfring: a sharded optimizer must be handed one gradient per variable it was built with "
+                         "(or the variables with them), to know which variables this rank owns")
+    if not optimizer.built:
+        from keras.src import backend
+
+        with backend.name_scope(optimizer.name, caller=optimizer):
+            optimizer.build(variables)
+        optimizer.built = True
+
+
+def owners_of(optimizer, variables):
+    """The rank that owns each of `variables` (building the optimizer first if it is not yet).
+
+    Args:
+        optimizer: a sharded optimizer.
+        variables: some of its trainable variables.
+
+    Returns:
+        A list of ranks, like `variables`.
+
+    Example:
+
+    >>> owners_of(model.optimizer, model.trainable_variables)   # on 2 ranks
+    [0, 1, 1, 0]
+    """
+    _built(optimizer, variables)
+    shards = shards_of(optimizer)
+    return [shards.owners[optimizer._get_variable_index(v)] for v in variables]
+
+
+def apply_owned(original, optimizer, grads, variables, positions, frame_for, whole=True):
     """Keras' `apply` on the variables this rank owns, then every owner's values to every rank.
 
     Args:
@@ -216,6 +249,8 @@ def apply_owned(original, optimizer, grads, variables, positions, frame_for):
         frame_for: `frame_for(n, clipped)`, a context saying that the next `n` gradients Keras
             would all-reduce are reduced already, and whether they are clipped already (the
             door's `Frame`).
+        whole: every rank holds every reduced gradient; False: only those of the variables it
+            owns (sharded gradients), so a global norm adds up each rank's part.
 
     Returns:
         What `original` returns.
@@ -224,22 +259,16 @@ def apply_owned(original, optimizer, grads, variables, positions, frame_for):
 
     >>> apply_owned(original, optimizer, reduced, variables, range(len(reduced)), frame_for)  # the door's call
     """
-    if variables is None:
-        raise ValueError("tfring: a sharded optimizer must be handed one gradient per variable it was built with "
-                         "(or the variables with them), to know which variables this rank owns")
-    if not optimizer.built:
-        from keras.src import backend
-
-        with backend.name_scope(optimizer.name, caller=optimizer):
-            optimizer.build(variables)
-        optimizer.built = True
+    _built(optimizer, variables)
     shards = shards_of(optimizer)
     index = [optimizer._get_variable_index(v) for v in variables]
     mine = [k for k in range(len(variables)) if shards.owns(index[k])]
     owned = set(mine)
     clipped = bool(getattr(optimizer, "global_clipnorm", None))
-    if clipped:  # over every variable's gradient, as Keras clips unsharded; not again below
+    if clipped and whole:  # over every variable's gradient, as Keras clips unsharded; not again below
         grads = _clipped_globally(optimizer, grads, variables)
+    elif clipped:
+        grads = _clipped_over_shards(optimizer, grads, variables, owned)
     result = None
     with frame_for(len([k for k in positions if k in owned]), clipped):
         if mine:
@@ -258,6 +287,28 @@ def _clipped_globally(optimizer, grads, variables):
     grads = list(grads)
     for k, g in zip(kept, optimizer._clip_gradients([grads[k] for k in kept])):
         grads[k] = g
+    return grads
+
+
+def _clipped_over_shards(optimizer, grads, variables, owned):
+    """`grads` (each rank's own) clipped to `global_clipnorm` over every rank's: Keras' rule
+    (`clip_by_global_norm`) with the squared norm added up over the ranks (one scalar allreduce)."""
+    from tfring.ops import collectives
+
+    kept = [k for k, (g, v) in enumerate(zip(grads, variables))
+            if k in owned and g is not None and not getattr(v, "overwrite_with_gradient", False)]
+    squares = [tf.reduce_sum(tf.square(tf.cast(tf.convert_to_tensor(grads[k]), tf.float32))) for k in kept]
+    mine = tf.add_n(squares) if squares else tf.constant(0.0)
+    norm = tf.sqrt(collectives.allreduce(mine, op="sum"))
+    clip = optimizer.global_clipnorm
+    scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)  # NaN when the norm is not finite
+    grads = list(grads)
+    for k in kept:
+        g = grads[k]
+        if isinstance(g, tf.IndexedSlices):
+            grads[k] = tf.IndexedSlices(g.values * tf.cast(scale, g.values.dtype), g.indices, g.dense_shape)
+        else:
+            grads[k] = g * tf.cast(scale, g.dtype)
     return grads
 
 

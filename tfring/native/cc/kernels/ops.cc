@@ -140,6 +140,41 @@ Starts the reduce-scatter of a list, as TfringReducescatter does, and returns at
 rank's rows may be read only through TfringCollectiveDone(scattered, ticket).
 )doc");
 
+REGISTER_OP("TfringReduceToOwnersStart")
+    .SetIsDistributedCommunication()
+    .Input("tensors: N * T")
+    .Output("reduced: M * T")
+    .Output("ticket: int64")
+    .Attr("T: {half, bfloat16, float, double, int32, int64}")
+    .Attr("N: int >= 1")
+    .Attr("M: int >= 0")
+    .Attr("owners: list(int)")
+    .Attr("owned: list(int)")
+    .Attr("reduce_op: {'sum', 'mean', 'min', 'max', 'product'} = 'sum'")
+    .Attr("process_set: int >= 0 = 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      std::vector<int32_t> owned;
+      TF_RETURN_IF_ERROR(c->GetAttr("owned", &owned));
+      if (static_cast<int>(owned.size()) + 1 != c->num_outputs()) {
+        return tensorflow::errors::InvalidArgument("TfringReduceToOwnersStart: M must be the length of owned");
+      }
+      for (size_t k = 0; k < owned.size(); ++k) {
+        if (owned[k] < 0 || owned[k] >= c->num_inputs()) {
+          return tensorflow::errors::InvalidArgument("TfringReduceToOwnersStart: owned position ", owned[k],
+                                                     " is not an input");
+        }
+        c->set_output(static_cast<int>(k), c->input(owned[k]));
+      }
+      c->set_output(c->num_outputs() - 1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Starts reducing a list so that tensor i arrives, reduced whole, on rank owners[i] alone, and
+returns at once; `owned` are this rank's positions (owners[i] == its rank), in order, and
+`reduced` their reductions, readable only through TfringCollectiveDone(reduced, ticket).
+)doc");
+
 REGISTER_OP("TfringCollectiveDone")
     .SetIsDistributedCommunication()
     .Input("buffers: N * T")

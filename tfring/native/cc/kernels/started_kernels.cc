@@ -80,10 +80,9 @@ class StartOp : public tensorflow::OpKernel {
     OP_REQUIRES(ctx, coreType(ctx->input_dtype(0), &req.type),
                 tensorflow::errors::InvalidArgument("tfring: unsupported dtype"));
     auto held = std::make_shared<Held>();
-    const int n = ctx->num_inputs();
     OP_REQUIRES_OK(ctx, prepare(ctx, *engine, &req, held.get()));
-    Tensor* ticket = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(n, TensorShape({}), &ticket));
+    Tensor* ticket = nullptr;  // the last output
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(ctx->num_outputs() - 1, TensorShape({}), &ticket));
     ticket->scalar<int64_t>()() = static_cast<int64_t>(
         rt->tickets().start(std::move(req), held, [&engine](Request r) { engine->enqueue(std::move(r)); }));
   }
@@ -175,6 +174,47 @@ class ReducescatterStartOp : public StartOp {
   }
 };
 
+// A list in; the tensors this rank owns, each reduced whole, out (Request::owners): attr `owners`
+// gives each tensor's rank, `owned` this rank's positions, in order (for the output shapes).
+class ReduceToOwnersStartOp : public StartOp {
+ public:
+  explicit ReduceToOwnersStartOp(OpKernelConstruction* c) : StartOp(c, OpKind::kReducescatter) {
+    OP_REQUIRES_OK(c, c->GetAttr("owners", &owners_));
+    OP_REQUIRES_OK(c, c->GetAttr("owned", &owned_));
+  }
+
+ protected:
+  absl::Status prepare(OpKernelContext* ctx, const Engine& engine, Request* req, Held* held) override {
+    const int n = ctx->num_inputs();
+    if (static_cast<int>(owners_.size()) != n) {
+      return tensorflow::errors::InvalidArgument("tfring.reduce_to_owners_start: ", owners_.size(), " owners for ", n,
+                                                 " tensors");
+    }
+    std::vector<int> mine;
+    for (int i = 0; i < n; ++i) {
+      if (owners_[i] == engine.rank()) mine.push_back(i);
+    }
+    if (mine != std::vector<int>(owned_.begin(), owned_.end())) {
+      return tensorflow::errors::InvalidArgument("tfring.reduce_to_owners_start: the positions built as this rank's "
+                                                 "do not match the owners for rank ", engine.rank());
+    }
+    size_t next = 0;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& in = ctx->input(i);
+      Tensor* out = nullptr;
+      if (next < mine.size() && mine[next] == i) TF_RETURN_IF_ERROR(ctx->allocate_output(next++, in.shape(), &out));
+      req->tensors.push_back(describe(in, out));
+      held->push_back(in);
+      if (out) held->push_back(*out);
+    }
+    req->owners.assign(owners_.begin(), owners_.end());
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<int32_t> owners_, owned_;
+};
+
 // The second half of any of them: completes when the ticket's collective has, passing its buffers on.
 class DoneOp : public tensorflow::AsyncOpKernel {
  public:
@@ -200,6 +240,7 @@ REGISTER_KERNEL_BUILDER(Name("TfringAllreduceStart").Device(tensorflow::DEVICE_C
 REGISTER_KERNEL_BUILDER(Name("TfringAllgatherStart").Device(tensorflow::DEVICE_CPU), AllgatherStartOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAlltoallStart").Device(tensorflow::DEVICE_CPU), AlltoallStartOp);
 REGISTER_KERNEL_BUILDER(Name("TfringReducescatterStart").Device(tensorflow::DEVICE_CPU), ReducescatterStartOp);
+REGISTER_KERNEL_BUILDER(Name("TfringReduceToOwnersStart").Device(tensorflow::DEVICE_CPU), ReduceToOwnersStartOp);
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduceDone").Device(tensorflow::DEVICE_CPU), DoneOp);
 REGISTER_KERNEL_BUILDER(Name("TfringCollectiveDone").Device(tensorflow::DEVICE_CPU), DoneOp);
 

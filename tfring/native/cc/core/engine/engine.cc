@@ -299,6 +299,7 @@ void Engine::allgather(Request& r, Deadline d) {
 }
 
 void Engine::reducescatter(Request& r, Deadline d) {
+  if (!r.owners.empty()) return reduceToOwners(r, d);
   // Packed by destination: block k holds every tensor's rows for rank k, in list order.
   const int size = config_.size;
   size_t total = 0;
@@ -325,6 +326,44 @@ void Engine::reducescatter(Request& r, Deadline d) {
     const size_t bytes = static_cast<size_t>(reducescatterRows(rows, size, config_.rank)) * rowBytes(t, r.type);
     if (bytes) std::memcpy(t.out, fusion_.data() + mineAt, bytes);
     mineAt += bytes;
+  }
+}
+
+void Engine::reduceToOwners(Request& r, Deadline d) {
+  // Packed by owner: block k holds rank k's tensors, in list order.
+  const int size = config_.size;
+  if (r.owners.size() != r.tensors.size()) {
+    throw Error(Code::kInvalidArgument, "tfring.reducescatter '" + r.name + "': " + std::to_string(r.owners.size()) +
+                                            " owners for " + std::to_string(r.tensors.size()) + " tensors");
+  }
+  for (int o : r.owners) {
+    if (o < 0 || o >= size) {
+      throw Error(Code::kInvalidArgument, "tfring.reducescatter '" + r.name + "': owner " + std::to_string(o) +
+                                              " is not a rank of this ring of " + std::to_string(size));
+    }
+  }
+  size_t total = 0;
+  for (const auto& t : r.tensors) total += t.bytes;
+  if (fusion_.size() < total) fusion_.resize(total);
+  std::vector<size_t> blocks(size, 0);
+  size_t at = 0, mineAt = 0;
+  for (int k = 0; k < size; ++k) {
+    if (k == config_.rank) mineAt = at;
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      if (r.owners[i] != k) continue;
+      const TensorRef& t = r.tensors[i];
+      if (t.bytes) std::memcpy(fusion_.data() + at, t.in, t.bytes);
+      at += t.bytes;
+      blocks[k] += t.bytes;
+    }
+  }
+  IoList all = {{fusion_.data(), total}};
+  ringReduceScatterToRanks(world(), size, all, all, blocks, r.type, r.op, d, size);
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    if (r.owners[i] != config_.rank) continue;
+    const TensorRef& t = r.tensors[i];
+    if (t.bytes) std::memcpy(t.out, fusion_.data() + mineAt, t.bytes);
+    mineAt += t.bytes;
   }
 }
 

@@ -76,6 +76,8 @@ class Engine {
   void staged(Request& r, Deadline d);
   void allgather(Request& r, Deadline d);
   void reducescatter(Request& r, Deadline d);
+  // A reduce-scatter whose tensors each go whole to one rank (Request::owners).
+  void reduceToOwners(Request& r, Deadline d);
   void alltoall(Request& r, Deadline d);
   // hvd.join (join.h): takes part in the other ranks' allreduces with zeros until all have joined.
   void join(Request& r);

@@ -62,6 +62,9 @@ struct Request {
   std::vector<TensorRef> tensors;
   // Alltoall only: the rows of tensors[0] for each rank, in rank order (they sum to its first dimension).
   std::vector<int64_t> splits;
+  // Reducescatter only, when not empty: tensor i goes whole to rank owners[i] (each tensor's
+  // reduction on its owner alone, `out` null on the other ranks) instead of its rows split.
+  std::vector<int> owners;
   // Allgather and alltoall: called on the engine thread once every rank's first dimension (the
   // rows each rank sends this one) is known; returns where the output goes (null and *error set
   // on failure).

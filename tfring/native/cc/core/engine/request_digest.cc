@@ -29,6 +29,7 @@ std::string headLine(const Request& r) {
   if (r.kind == OpKind::kAllreduce || r.kind == OpKind::kReducescatter) head << " op=" << reduceOpName(r.op);
   if (r.kind == OpKind::kBroadcast) head << " root=" << r.root;
   head << " tensors=" << r.tensors.size();
+  if (!r.owners.empty()) head << " to owners";
   if (r.staged) head << " of device tensors";  // staged tensors never take the gathered path
   return head.str();
 }
@@ -55,6 +56,11 @@ std::vector<std::string> describeLines(const Request& r) {
       lines.push_back(t.shape.size() > 1 ? "[*, " + shapeText(t.shape, 1).substr(1) : "[*]");
     }
   }
+  if (!r.owners.empty()) {
+    std::string owners = "owners:";
+    for (int o : r.owners) owners += " " + std::to_string(o);
+    lines.push_back(owners);
+  }
   return lines;
 }
 
@@ -69,6 +75,7 @@ std::string digestInput(const Request& r, size_t fusionThresholdBytes) {
     appendVarint(t.shape.size(), &bytes);
     for (size_t i = from; i < t.shape.size(); ++i) appendVarint(static_cast<uint64_t>(t.shape[i]), &bytes);
   }
+  for (int o : r.owners) appendVarint(static_cast<uint64_t>(o), &bytes);  // after the shapes: no overlap
   return bytes;
 }
 
@@ -189,6 +196,10 @@ std::string mismatchMessage(const Request& r, const std::vector<std::string>& al
       if (first[i] != other[i] && first[i].rfind("passes:", 0) == 0) {
         return prefix + "rank " + std::to_string(names(0)) + " cuts lists into " + first[i] + " but rank " +
                std::to_string(names(k)) + " into " + other[i];
+      }
+      if (first[i] != other[i] && first[i].rfind("owners:", 0) == 0) {
+        return prefix + "rank " + std::to_string(names(0)) + " gave the tensors the " + first[i] + " but rank " +
+               std::to_string(names(k)) + " the " + other[i];
       }
       if (first[i] != other[i]) {
         return prefix + "tensor " + std::to_string(i - 1) + " has shape " + first[i] + " on rank " +

@@ -87,6 +87,70 @@ TEST(reducescatter_of_ranks_that_disagree_fails_every_rank_and_recovers) {
 
 namespace {
 
+// One reducescatter to owners of float tensors shaped [rows_k, cols]; outs[k] is tensor k's
+// reduction where this rank owns it, untouched (empty) elsewhere.
+Status reduceToOwners(Engine& e, int rank, const std::vector<int64_t>& rows, int64_t cols,
+                      const std::vector<int>& owners, ReduceOp op, std::vector<std::vector<float>>* outs) {
+  std::vector<std::vector<float>> ins(rows.size());
+  outs->assign(rows.size(), {});
+  Request r;
+  r.kind = OpKind::kReducescatter;
+  r.name = "to owners";
+  r.op = op;
+  r.owners = owners;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    for (int64_t i = 0; i < rows[k]; ++i) {
+      for (int64_t j = 0; j < cols; ++j) ins[k].push_back(static_cast<float>(rsValue(rank, k, i, j)));
+    }
+    if (owners[k] == rank) (*outs)[k].assign(ins[k].size(), -1.0f);
+    r.tensors.push_back({ins[k].data(), owners[k] == rank ? (*outs)[k].data() : nullptr, ins[k].size() * 4,
+                         {rows[k], cols}});
+  }
+  return call(e, std::move(r));
+}
+
+}  // namespace
+
+TEST(reducescatter_to_owners_gives_each_tensor_whole_to_its_owner) {
+  for (int size : {1, 2, 3, 4}) {
+    for (const Mode& m : allModes()) {
+      if (size == 1 && m.ranksPerHost) continue;
+      withEngines(size, m, [&](int rank, Engine& e) {
+        // Owners out of order, a rank with nothing (the last, on 4), an empty tensor, a big one.
+        const std::vector<int64_t> rows = {8, 7, 2, 0, 1, 30000};
+        const int owning = size == 4 ? 3 : size;  // on 4 ranks the last owns nothing
+        std::vector<int> owners;
+        for (size_t k = 0; k < rows.size(); ++k) owners.push_back(static_cast<int>((k * 5 + 1) % owning));
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
+          std::vector<std::vector<float>> outs;
+          CHECK(reduceToOwners(e, rank, rows, 3, owners, op, &outs).ok());
+          for (size_t k = 0; k < rows.size(); ++k) {
+            if (owners[k] != rank) continue;
+            for (int64_t i = 0; i < rows[k]; i += 1 + i / 7) {
+              for (int64_t j = 0; j < 3; ++j) CHECK_EQ(outs[k][i * 3 + j], static_cast<float>(reduced(size, k, i, j, op)));
+            }
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(reducescatter_to_owners_of_ranks_that_disagree_or_bad_owners_fails_clearly_and_recovers) {
+  withEngines(3, allModes()[0], [&](int rank, Engine& e) {
+    std::vector<std::vector<float>> outs;
+    Status s = reduceToOwners(e, rank, {4, 4}, 2, {0, rank == 2 ? 1 : 2}, ReduceOp::kSum, &outs);
+    CHECK(s.code == Code::kFailedPrecondition);
+    CHECK(s.message.find("gave the tensors the owners: 0 2 but rank 2 the owners: 0 1") != std::string::npos);
+    s = reduceToOwners(e, rank, {4}, 2, {3}, ReduceOp::kSum, &outs);
+    CHECK(s.code == Code::kInvalidArgument);
+    CHECK(s.message.find("owner 3 is not a rank of this ring of 3") != std::string::npos);
+    CHECK(reduceToOwners(e, rank, {4, 4}, 2, {2, 0}, ReduceOp::kSum, &outs).ok());
+  });
+}
+
+namespace {
+
 // Rank o's alltoall input for the splits given: the rows for rank d hold o * 100 + d * 10 + row.
 std::vector<int32_t> alltoallInput(int o, const std::vector<int64_t>& splits, int64_t cols) {
   std::vector<int32_t> in;
