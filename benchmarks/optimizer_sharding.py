@@ -1,24 +1,28 @@
-"""Optimizer-state sharding (ZeRO stage 1): memory and step time per rank, sharded against
-unsharded, in one run.
+"""Optimizer-state sharding (ZeRO stages 1 and 2): memory, step time and bytes per rank, sharded
+against unsharded, in one run.
 
     .venv/bin/python benchmarks/optimizer_sharding.py [--ranks 2,4] [--width 2048] [--layers 24]
         [--optimizer adam] [--steps 4] [--json FILE]
 
 A stack of `--layers` Dense layers of `--width` x `--width` (no bias) and a Dense(1) head: 24 x
 2048 x 2048 is 100.7 M parameters, 403 MB in float32, and Adam's two moments are 805 MB more. Each
-configuration is one `tfring run -np N` job (`RingStrategy(shard_optimizer_state=...)`, one
-intra-op thread per rank) that builds the model, runs one step (tracing), then `--steps` timed
-steps of a global batch of 16 rows. Every rank records:
+configuration is one `tfring run -np N` job (unsharded; `RingStrategy(shard_optimizer_state=True)`,
+stage 1; and with `shard_gradients=True` too, stage 2; one intra-op thread per rank) that builds the
+model, runs one step (tracing), then `--steps` timed steps of a global batch of 16 rows. Every rank
+records:
 
 - the optimizer's state bytes (the sum of `optimizer.variables`, from the variables);
 - its peak resident memory (`ru_maxrss`) after the model was built and at the end;
-- the median step time.
+- the median step time;
+- the bytes it handed to collectives per step, by kind (`tfring.traffic()` over the timed steps:
+  an input's bytes, whatever the ring sends for it; an allreduce of N bytes sends 2(P-1)/P N per
+  rank, a reduce-scatter (P-1)/P N, and the broadcasts of every owner's updated values about N).
 
-Printed: one row per (ranks, sharded), the largest rank's figures; then for each rank count the
-state saved per rank, the peak RSS saved, and the state's share 1/N would give.
+Printed: one row per (ranks, stage), the largest rank's figures; then for each rank count and
+stage the state saved per rank, the peak RSS saved, and the state's share 1/N would give.
 
 With `--limit-mb M` (root, cgroup v1 memory controller): the largest model that trains under a
-memory limit of M MB per rank, sharded and not, on the first rank count of `--ranks`. Each rank
+memory limit of M MB per rank, for each stage, on the first rank count of `--ranks`. Each rank
 joins a cgroup of its own with that limit before TensorFlow starts (the kernel kills a rank that
 goes over, and the job fails); the number of layers is bisected between 1 and `--max-layers`.
 The cgroups are removed whatever happens.
@@ -38,6 +42,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from allreduce import _quiet_env  # noqa: E402
 
 GLOBAL_BATCH = 16
+STAGES = {0: "no", 1: "state", 2: "state + gradients"}
 CGROUPS = "/sys/fs/cgroup/memory"
 
 
@@ -55,7 +60,7 @@ def worker(args):
 
     import tfring
 
-    strategy = tfring.RingStrategy(shard_optimizer_state=args.shard)
+    strategy = tfring.RingStrategy(shard_optimizer_state=args.stage >= 1, shard_gradients=args.stage == 2)
     with strategy.scope():
         layers = [keras.Input((args.width,))]
         layers += [keras.layers.Dense(args.width, use_bias=False) for _ in range(args.layers)]
@@ -65,39 +70,43 @@ def worker(args):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((GLOBAL_BATCH * (args.steps + 1), args.width)).astype("float32") / args.width ** 0.5
     y = rng.standard_normal((len(x), 1)).astype("float32")
-    times = []
+    times, moved = [], {}
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
             self.start = time.perf_counter()
+            if batch == 1:  # after the traced step
+                moved["before"] = tfring.traffic()
 
         def on_train_batch_end(self, batch, logs=None):
             times.append(time.perf_counter() - self.start)
 
     model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[Clock()])
     result = {
-        "rank": strategy.rank, "size": strategy.size, "sharded": args.shard,
+        "rank": strategy.rank, "size": strategy.size, "stage": args.stage,
         "parameters": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
         "state_bytes": int(sum(v.numpy().nbytes for v in model.optimizer.variables)),
         "built_rss": built_rss, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "step_s": float(np.median(times[1:])),  # the first step traces
+        "bytes_per_step": {kind: (c["bytes"] - moved["before"][kind]["bytes"]) / args.steps
+                           for kind, c in tfring.traffic().items() if c["bytes"] > moved["before"][kind]["bytes"]},
     }
     with open(os.path.join(args.out, f"r{strategy.rank}.json"), "w") as f:
         json.dump(result, f)
 
 
-def run_config(args, ranks, shard, layers=None, cgroup=None):
+def run_config(args, ranks, stage, layers=None, cgroup=None):
     """Every rank's figures, or None when the job failed under a memory limit (`cgroup`)."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "tfring", "run", "-np", str(ranks), sys.executable, HERE, "--worker",
                "--out", out, "--width", str(args.width), "--layers", str(layers or args.layers),
-               "--optimizer", args.optimizer, "--steps", str(args.steps)] + (["--shard"] if shard else [])
+               "--optimizer", args.optimizer, "--steps", str(args.steps), "--stage", str(stage)]
         cmd += ["--cgroup", cgroup] if cgroup else []
         job = subprocess.run(cmd, capture_output=True, text=True, env=_quiet_env(), timeout=1800)
         if job.returncode != 0:
             if cgroup:
                 return None
-            sys.exit(f"the job of {ranks} ranks (sharded: {shard}) failed:\n{(job.stdout + job.stderr)[-3000:]}")
+            sys.exit(f"the job of {ranks} ranks (stage {stage}) failed:\n{(job.stdout + job.stderr)[-3000:]}")
         return [json.load(open(os.path.join(out, f"r{r}.json"))) for r in range(ranks)]
 
 
@@ -122,14 +131,14 @@ def memory_limits(ranks, limit_mb):
                 os.rmdir(path)  # (its processes have exited: the job is over)
 
 
-def largest_fitting(args, ranks, shard, limit_mb):
+def largest_fitting(args, ranks, stage, limit_mb):
     """The most layers (1..max_layers) whose job completes under `limit_mb` per rank, and how many tried."""
     low, high, tried = 0, args.max_layers, 0
     with memory_limits(ranks, limit_mb) as prefix:
         while low < high:
             middle = (low + high + 1) // 2
             tried += 1
-            if run_config(args, ranks, shard, layers=middle, cgroup=prefix) is None:
+            if run_config(args, ranks, stage, layers=middle, cgroup=prefix) is None:
                 high = middle - 1
             else:
                 low = middle
@@ -142,23 +151,26 @@ def _mb(value):
 
 def print_table(results):
     print("| ranks | sharded | parameters | optimizer state MB per rank (max) | peak RSS MB per rank (max) "
-          "| RSS after build MB | step s (median, max over ranks) |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for (ranks, shard), rows in results.items():
-        print(f"| {ranks} | {'yes' if shard else 'no'} | {rows[0]['parameters'] / 1e6:.1f} M | "
+          "| RSS after build MB | step s (median, max over ranks) | MB handed to collectives per step |")
+    print("|---:|---|---:|---:|---:|---:|---:|---|")
+    for (ranks, stage), rows in results.items():
+        moved = ", ".join(f"{kind} {_mb(b)}" for kind, b in sorted(rows[0]["bytes_per_step"].items()))
+        print(f"| {ranks} | {STAGES[stage]} | {rows[0]['parameters'] / 1e6:.1f} M | "
               f"{_mb(max(r['state_bytes'] for r in rows))} | {_mb(max(r['peak_rss'] for r in rows))} | "
-              f"{_mb(max(r['built_rss'] for r in rows))} | {max(r['step_s'] for r in rows):.2f} |")
+              f"{_mb(max(r['built_rss'] for r in rows))} | {max(r['step_s'] for r in rows):.2f} | {moved} |")
     print()
     for ranks in sorted({k[0] for k in results}):
-        plain, sharded = results.get((ranks, False)), results.get((ranks, True))
-        if not plain or not sharded:
-            continue
-        state = max(r["state_bytes"] for r in plain)
-        held = max(r["state_bytes"] for r in sharded)
-        saved = max(r["peak_rss"] for r in plain) - max(r["peak_rss"] for r in sharded)
-        print(f"{ranks} ranks: state per rank {_mb(held)} MB of {_mb(state)} ({held / state:.3f}; 1/N = "
-              f"{1 / ranks:.3f}); peak RSS lower by {_mb(saved)} MB, where (1 - 1/N) of the state is "
-              f"{_mb(state * (1 - 1 / ranks))} MB")
+        plain = results.get((ranks, 0))
+        for stage in (1, 2):
+            sharded = results.get((ranks, stage))
+            if not plain or not sharded:
+                continue
+            state = max(r["state_bytes"] for r in plain)
+            held = max(r["state_bytes"] for r in sharded)
+            saved = max(r["peak_rss"] for r in plain) - max(r["peak_rss"] for r in sharded)
+            print(f"{ranks} ranks, sharded {STAGES[stage]}: state per rank {_mb(held)} MB of {_mb(state)} "
+                  f"({held / state:.3f}; 1/N = {1 / ranks:.3f}); peak RSS lower by {_mb(saved)} MB, where "
+                  f"(1 - 1/N) of the state is {_mb(state * (1 - 1 / ranks))} MB")
 
 
 def print_largest(args):
@@ -168,11 +180,10 @@ def print_largest(args):
     ranks = int(args.ranks.split(",")[0])
     print(f"\nThe largest model that trains under {args.limit_mb} MB per rank, {ranks} ranks "
           f"({args.width} x {args.width} layers):")
-    for shard in (False, True):
-        layers, tried = largest_fitting(args, ranks, shard, args.limit_mb)
+    for stage in args.stage_list:
+        layers, tried = largest_fitting(args, ranks, stage, args.limit_mb)
         params = layers * args.width * args.width + args.width + 1
-        print(f"- {'sharded' if shard else 'unsharded'}: {layers} layers, {params / 1e6:.1f} M parameters "
-              f"({tried} jobs tried)")
+        print(f"- sharded {STAGES[stage]}: {layers} layers, {params / 1e6:.1f} M parameters ({tried} jobs tried)")
 
 
 def main():
@@ -186,7 +197,9 @@ def main():
     parser.add_argument("--max-layers", type=int, default=64)
     parser.add_argument("--json", help="also write every rank's figures here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--shard", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stages", default="0,1,2", help="which to run: 0 unsharded, 1 the optimizer state, "
+                        "2 the gradients too")
+    parser.add_argument("--stage", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--cgroup", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -194,9 +207,10 @@ def main():
         return worker(args)
     start = time.monotonic()
     results = {}
+    args.stage_list = [int(k) for k in args.stages.split(",")]
     for ranks in (int(r) for r in args.ranks.split(",")):
-        for shard in (False, True):
-            results[(ranks, shard)] = run_config(args, ranks, shard)
+        for stage in args.stage_list:
+            results[(ranks, stage)] = run_config(args, ranks, stage)
     print_table(results)
     if args.limit_mb:
         print_largest(args)

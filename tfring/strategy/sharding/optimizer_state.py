@@ -1,4 +1,5 @@
-"""Optimizer-state sharding, stage 1: each rank keeps the optimizer's state of the variables it owns.
+"""Optimizer-state sharding, stages 1 and 2: each rank keeps the optimizer's state of the variables it
+owns (and, in stage 2, receives only their reduced gradients).
 
 Under `RingStrategy(shard_optimizer_state=True)` (and `tfring.horovod`'s
 `DistributedOptimizer(..., shard_optimizer_state=True)`, through `shard_over`) every trainable
@@ -7,15 +8,19 @@ every rank). A rank's optimizer creates its slots (SGD's momentum, Adam's two mo
 for the variables it owns; for the others it creates an empty placeholder of the same name and
 dtype, so every rank's optimizer has the same variables in the same order. A step then runs:
 
-1. the gradients are all-reduced as without sharding (the optimizer's door, `gradients.door`);
+1. the gradients are all-reduced as without sharding (the optimizer's door, `gradients.door`); with
+   `shard_gradients=True` (stage 2) each is reduced to its owner alone instead
+   (`gradients.reduction.reduce_to_owners`), and `apply_owned(..., whole=False)` clips to a
+   `global_clipnorm` over every rank's part;
 2. the user's optimizer updates the variables this rank owns, as it would unsharded;
 3. each owner broadcasts its variables' new values to every rank's model, in pieces of 32 MiB.
 
 Each variable's update is the one the unsharded optimizer makes from the same reduced gradient, so
 the weights equal the unsharded run's bit for bit. The state per rank is about 1/N of the whole
-(plus at most the largest variable's share). This first stage moves the gradients' bytes and the
-parameters' bytes, 1.5 times plain data parallelism; a reduce-scatter in place of the allreduce
-would bring it to 1x. The broadcasts go in pieces so that the values in flight stay small: one
+(plus at most the largest variable's share). Stage 1 moves the gradients' bytes and the
+parameters' bytes, 1.5 times plain data parallelism; stage 2's reduce-scatter in place of the
+allreduce brings it to about 1x (on 3 ranks or more its additions come in another order than the
+allreduce's, so the weights may differ from the unsharded run's in the last bits). The broadcasts go in pieces so that the values in flight stay small: one
 allgather of every variable measured 393 MB more peak memory per rank than no sharding for a
 100 M-parameter model (benchmarks/optimizer_sharding.py).
 

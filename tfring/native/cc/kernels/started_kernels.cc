@@ -202,7 +202,9 @@ class ReduceToOwnersStartOp : public StartOp {
     for (int i = 0; i < n; ++i) {
       const Tensor& in = ctx->input(i);
       Tensor* out = nullptr;
-      if (next < mine.size() && mine[next] == i) TF_RETURN_IF_ERROR(ctx->allocate_output(next++, in.shape(), &out));
+      if (next < mine.size() && mine[next] == i) {  // reduced in place where TF allows
+        TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output({i}, next++, in.shape(), &out));
+      }
       req->tensors.push_back(describe(in, out));
       held->push_back(in);
       if (out) held->push_back(*out);

@@ -330,41 +330,37 @@ void Engine::reducescatter(Request& r, Deadline d) {
 }
 
 void Engine::reduceToOwners(Request& r, Deadline d) {
-  // Packed by owner: block k holds rank k's tensors, in list order.
+  // Block k is rank k's tensors, in list order, each read where it lies: this rank's reductions go
+  // to their outputs (which may be their inputs), the other blocks' partial sums to scratch.
   const int size = config_.size;
   if (r.owners.size() != r.tensors.size()) {
     throw Error(Code::kInvalidArgument, "tfring.reducescatter '" + r.name + "': " + std::to_string(r.owners.size()) +
                                             " owners for " + std::to_string(r.tensors.size()) + " tensors");
   }
-  for (int o : r.owners) {
+  size_t scratch = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const int o = r.owners[i];
     if (o < 0 || o >= size) {
       throw Error(Code::kInvalidArgument, "tfring.reducescatter '" + r.name + "': owner " + std::to_string(o) +
                                               " is not a rank of this ring of " + std::to_string(size));
     }
+    if (o != config_.rank) scratch += r.tensors[i].bytes;
   }
-  size_t total = 0;
-  for (const auto& t : r.tensors) total += t.bytes;
-  if (fusion_.size() < total) fusion_.resize(total);
+  if (fusion_.size() < scratch) fusion_.resize(scratch);
   std::vector<size_t> blocks(size, 0);
-  size_t at = 0, mineAt = 0;
+  IoList in, out;
+  size_t at = 0;
   for (int k = 0; k < size; ++k) {
-    if (k == config_.rank) mineAt = at;
     for (size_t i = 0; i < r.tensors.size(); ++i) {
-      if (r.owners[i] != k) continue;
       const TensorRef& t = r.tensors[i];
-      if (t.bytes) std::memcpy(fusion_.data() + at, t.in, t.bytes);
-      at += t.bytes;
+      if (r.owners[i] != k || t.bytes == 0) continue;
+      in.push_back({const_cast<void*>(t.in), t.bytes});
+      out.push_back({k == config_.rank ? t.out : fusion_.data() + at, t.bytes});
+      if (k != config_.rank) at += t.bytes;
       blocks[k] += t.bytes;
     }
   }
-  IoList all = {{fusion_.data(), total}};
-  ringReduceScatterToRanks(world(), size, all, all, blocks, r.type, r.op, d, size);
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    if (r.owners[i] != config_.rank) continue;
-    const TensorRef& t = r.tensors[i];
-    if (t.bytes) std::memcpy(t.out, fusion_.data() + mineAt, t.bytes);
-    mineAt += t.bytes;
-  }
+  ringReduceScatterToRanks(world(), size, in, out, blocks, r.type, r.op, d, size);
 }
 
 namespace {

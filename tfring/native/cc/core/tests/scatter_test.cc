@@ -88,9 +88,11 @@ TEST(reducescatter_of_ranks_that_disagree_fails_every_rank_and_recovers) {
 namespace {
 
 // One reducescatter to owners of float tensors shaped [rows_k, cols]; outs[k] is tensor k's
-// reduction where this rank owns it, untouched (empty) elsewhere.
+// reduction where this rank owns it, untouched (empty) elsewhere. `inPlace`: owned tensors are
+// reduced in their input's memory (as a TF kernel forwards its input).
 Status reduceToOwners(Engine& e, int rank, const std::vector<int64_t>& rows, int64_t cols,
-                      const std::vector<int>& owners, ReduceOp op, std::vector<std::vector<float>>* outs) {
+                      const std::vector<int>& owners, ReduceOp op, std::vector<std::vector<float>>* outs,
+                      bool inPlace = false) {
   std::vector<std::vector<float>> ins(rows.size());
   outs->assign(rows.size(), {});
   Request r;
@@ -103,10 +105,16 @@ Status reduceToOwners(Engine& e, int rank, const std::vector<int64_t>& rows, int
       for (int64_t j = 0; j < cols; ++j) ins[k].push_back(static_cast<float>(rsValue(rank, k, i, j)));
     }
     if (owners[k] == rank) (*outs)[k].assign(ins[k].size(), -1.0f);
-    r.tensors.push_back({ins[k].data(), owners[k] == rank ? (*outs)[k].data() : nullptr, ins[k].size() * 4,
-                         {rows[k], cols}});
+    float* out = owners[k] != rank ? nullptr : inPlace ? ins[k].data() : (*outs)[k].data();
+    r.tensors.push_back({ins[k].data(), out, ins[k].size() * 4, {rows[k], cols}});
   }
-  return call(e, std::move(r));
+  Status s = call(e, std::move(r));
+  if (inPlace) {
+    for (size_t k = 0; k < rows.size(); ++k) {
+      if (owners[k] == rank) (*outs)[k] = ins[k];
+    }
+  }
+  return s;
 }
 
 }  // namespace
@@ -123,7 +131,7 @@ TEST(reducescatter_to_owners_gives_each_tensor_whole_to_its_owner) {
         for (size_t k = 0; k < rows.size(); ++k) owners.push_back(static_cast<int>((k * 5 + 1) % owning));
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
           std::vector<std::vector<float>> outs;
-          CHECK(reduceToOwners(e, rank, rows, 3, owners, op, &outs).ok());
+          CHECK(reduceToOwners(e, rank, rows, 3, owners, op, &outs, op == ReduceOp::kMean).ok());
           for (size_t k = 0; k < rows.size(); ++k) {
             if (owners[k] != rank) continue;
             for (int64_t i = 0; i < rows[k]; i += 1 + i / 7) {
