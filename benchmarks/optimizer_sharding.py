@@ -2,7 +2,7 @@
 against unsharded, in one run.
 
     .venv/bin/python benchmarks/optimizer_sharding.py [--ranks 2,4] [--width 2048] [--layers 24]
-        [--optimizer adam] [--steps 4] [--json FILE]
+        [--optimizer adam] [--steps 4] [--stages 0,1,2] [--hosts-rate MBIT] [--limit-mb M] [--json FILE]
 
 A stack of `--layers` Dense layers of `--width` x `--width` (no bias) and a Dense(1) head: 24 x
 2048 x 2048 is 100.7 M parameters, 403 MB in float32, and Adam's two moments are 805 MB more. Each
@@ -21,6 +21,10 @@ records:
 Printed: one row per (ranks, stage), the largest rank's figures; then for each rank count and
 stage the state saved per rank, the peak RSS saved, and the state's share 1/N would give.
 
+With `--hosts-rate MBIT` (root, iproute2, util-linux, openssh-server): the stages again on 2
+emulated hosts of one rank each, their links shaped to MBIT Mbit/s (`tfring_dev.emulated_hosts`;
+TCP between them), where the bytes each stage sends decide the step time.
+
 With `--limit-mb M` (root, cgroup v1 memory controller): the largest model that trains under a
 memory limit of M MB per rank, for each stage, on the first rank count of `--ranks`. Each rank
 joins a cgroup of its own with that limit before TensorFlow starts (the kernel kills a rank that
@@ -32,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -95,10 +100,16 @@ def worker(args):
         json.dump(result, f)
 
 
-def run_config(args, ranks, stage, layers=None, cgroup=None):
-    """Every rank's figures, or None when the job failed under a memory limit (`cgroup`)."""
+def run_config(args, ranks, stage, layers=None, cgroup=None, hosts=None):
+    """Every rank's figures, or None when the job failed under a memory limit (`cgroup`). With
+    `hosts` (emulated hosts), one rank on each of the first `ranks` hosts."""
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "tfring", "run", "-np", str(ranks), sys.executable, HERE, "--worker",
+        where = ["-np", str(ranks)]
+        if hosts is not None:
+            os.chmod(out, 0o755)  # (the ranks run as this user, in other namespaces)
+            where = ["-H", ",".join(f"{h}:1" for h in hosts.names[:ranks]), "--rsh", shlex.join(hosts.ssh_command)]
+            where += [arg for k in ("PYTHONPATH",) if k in os.environ for arg in ("-x", f"{k}={os.environ[k]}")]
+        cmd = [sys.executable, "-m", "tfring", "run", *where, sys.executable, HERE, "--worker",
                "--out", out, "--width", str(args.width), "--layers", str(layers or args.layers),
                "--optimizer", args.optimizer, "--steps", str(args.steps), "--stage", str(stage)]
         cmd += ["--cgroup", cgroup] if cgroup else []
@@ -173,6 +184,22 @@ def print_table(results):
                   f"(1 - 1/N) of the state is {_mb(state * (1 - 1 / ranks))} MB")
 
 
+def print_hosts(args):
+    from tfring_dev.emulated_hosts import EmulatedHosts
+    from tfring_dev.emulated_hosts import available
+
+    ok, reason = available()
+    if not ok:
+        print(f"\n(no emulated hosts: {reason})")
+        return
+    results = {}
+    with EmulatedHosts(2, rate_mbit=args.hosts_rate) as hosts:
+        for stage in args.stage_list:
+            results[(2, stage)] = run_config(args, 2, stage, hosts=hosts)
+    print(f"\nOn 2 emulated hosts (one rank each), links of {args.hosts_rate} Mbit/s:\n")
+    print_table(results)
+
+
 def print_largest(args):
     if os.geteuid() != 0 or not os.path.exists(os.path.join(CGROUPS, "memory.limit_in_bytes")):
         print(f"\n(no largest model under --limit-mb: needs root and the cgroup v1 memory controller at {CGROUPS})")
@@ -193,6 +220,7 @@ def main():
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--optimizer", default="adam")
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--hosts-rate", type=int, help="also run on 2 emulated hosts at this many Mbit/s")
     parser.add_argument("--limit-mb", type=int, help="also find the largest model under this memory per rank")
     parser.add_argument("--max-layers", type=int, default=64)
     parser.add_argument("--json", help="also write every rank's figures here")
@@ -212,6 +240,8 @@ def main():
         for stage in args.stage_list:
             results[(ranks, stage)] = run_config(args, ranks, stage)
     print_table(results)
+    if args.hosts_rate:
+        print_hosts(args)
     if args.limit_mb:
         print_largest(args)
     print(f"\n({args.optimizer}, global batch {GLOBAL_BATCH}, {args.steps} timed steps; measured in "

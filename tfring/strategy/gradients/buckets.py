@@ -53,6 +53,50 @@ def plan(tensors, bucket_bytes):
     return buckets
 
 
+# How far past `bucket_bytes` a bucket of gradients for their owners may grow to balance its owners.
+OWNER_BUCKET_GROWTH = 8
+
+
+def plan_by_owners(tensors, owners, bucket_bytes, size):
+    """Cuts `tensors` into buckets as `plan` does, for gradients reduced to their owners
+    (`reduction.reduce_to_owners`): a bucket closes once it reaches `bucket_bytes` *and* its least
+    served owner holds at least half an even share of it, or once it reaches `OWNER_BUCKET_GROWTH`
+    times `bucket_bytes`. A bucket of one owner's gradients would send data one way only, each other
+    rank to that owner, while the other direction of every link idles: each collective then takes
+    twice as long as a balanced one (2 ranks).
+
+    Args:
+        tensors: a list of tensors, in the order of their variables.
+        owners: each tensor's owner rank.
+        bucket_bytes: as for `plan` (0: one bucket).
+        size: the number of ranks.
+
+    Returns:
+        A list of lists of indices into `tensors`.
+
+    Example:
+
+    >>> plan_by_owners([tf.zeros([4]), tf.zeros([4]), tf.zeros([4])], [0, 1, 0], bucket_bytes=16, size=2)
+    [[2, 1], [0]]
+    """
+    if not bucket_bytes:
+        return plan(tensors, bucket_bytes)
+    buckets, current, filled, held = [], [], 0, [0] * size
+    for i in reversed(range(len(tensors))):
+        current.append(i)
+        nbytes = _nbytes(tensors[i])
+        nbytes = bucket_bytes if nbytes is None else nbytes
+        filled += nbytes
+        held[owners[i]] += nbytes
+        balanced = min(held) * 2 * size >= filled
+        if (filled >= bucket_bytes and balanced) or filled >= OWNER_BUCKET_GROWTH * bucket_bytes:
+            buckets.append(current)
+            current, filled, held = [], 0, [0] * size
+    if current:
+        buckets.append(current)
+    return buckets
+
+
 def untuned(bucket_bytes):
     """The bytes per bucket a setting stands for before any tuning: `"auto"` starts from the default.
 

@@ -146,7 +146,8 @@ def reduce_to_owners(settings, grads, owners, op="sum", rows=None, by_rows=False
         raise ValueError("tfring: reduce_to_owners takes dense gradients (reduce sparse ones with reduce_gradients)")
     dense = [k for k, g in enumerate(grads) if g is not None]
     values = [tf.convert_to_tensor(grads[k]) for k in dense]
-    order = buckets_lib.plan(values, 0 if tf.executing_eagerly() else settings.bucket_bytes)
+    order = buckets_lib.plan_by_owners(values, [owners[k] for k in dense],
+                                       0 if tf.executing_eagerly() else settings.bucket_bytes, settings.size)
     pending = []
     for idx in order:
         bucket = [values[i] for i in idx]

@@ -13,16 +13,18 @@ dtype, so every rank's optimizer has the same variables in the same order. A ste
    (`gradients.reduction.reduce_to_owners`), and `apply_owned(..., whole=False)` clips to a
    `global_clipnorm` over every rank's part;
 2. the user's optimizer updates the variables this rank owns, as it would unsharded;
-3. each owner broadcasts its variables' new values to every rank's model, in pieces of 32 MiB.
+3. every rank's model takes each owner's new values, in rounds of allgathers of up to 32 MiB.
 
 Each variable's update is the one the unsharded optimizer makes from the same reduced gradient, so
 the weights equal the unsharded run's bit for bit. The state per rank is about 1/N of the whole
 (plus at most the largest variable's share). Stage 1 moves the gradients' bytes and the
 parameters' bytes, 1.5 times plain data parallelism; stage 2's reduce-scatter in place of the
 allreduce brings it to about 1x (on 3 ranks or more its additions come in another order than the
-allreduce's, so the weights may differ from the unsharded run's in the last bits). The broadcasts go in pieces so that the values in flight stay small: one
-allgather of every variable measured 393 MB more peak memory per rank than no sharding for a
-100 M-parameter model (benchmarks/optimizer_sharding.py).
+allreduce's, so the weights may differ from the unsharded run's in the last bits). The new values
+go in rounds so that the values in flight stay small: one allgather of every variable measured 393
+MB more peak memory per rank than no sharding for a 100 M-parameter model
+(benchmarks/optimizer_sharding.py); and as allgathers, not a broadcast per owner, so that both
+directions of every link carry them at once.
 
 Saving writes the whole state: `save_own_variables` (what `model.save`, `.keras` files,
 `ModelCheckpoint` and `BackupAndRestore` call) takes each slot from its owner, so the file loads
@@ -46,7 +48,7 @@ from tfring.strategy.sharding import partition
 
 _ATTRIBUTE = "_tfring_shards"
 _OVER = "_tfring_shard_over"  # (rank, size) outside a RingStrategy: tfring.horovod's optimizers
-PIECE_BYTES = 32 << 20  # most bytes of updated values broadcast together (share_updates)
+PIECE_BYTES = 8 << 20  # most bytes of updated values gathered together (share_updates)
 
 
 class Shards:
@@ -318,9 +320,11 @@ def _clipped_over_shards(optimizer, grads, variables, owned):
 
 
 def share_updates(shards, variables, index):
-    """Every rank's copy of each variable takes its owner's value: broadcasts from each owner of
-    its variables, in pieces of up to `PIECE_BYTES` (so the values in flight at once stay a few
-    pieces, where one allgather of every variable would hold the whole model a second time).
+    """Every rank's copy of each variable takes its owner's value: in rounds, each an allgather in
+    which every owner sends its next piece of variables (up to `PIECE_BYTES` / ranks), so every
+    link carries data both ways at once (a broadcast per owner would use one way at a time) and
+    the values in flight stay a few pieces (one allgather of every variable would hold the whole
+    model a second time).
 
     Args:
         shards: the optimizer's `Shards`.
@@ -331,31 +335,60 @@ def share_updates(shards, variables, index):
 
     >>> share_updates(shards_of(optimizer), variables, [optimizer._get_variable_index(v) for v in variables])
     """
+    pieces = [_pieces(shards, variables, index, owner) for owner in range(shards.size)]
+    last = []  # the last round's assigned values: the next round reads its own after them
+    for round_ in range(max(len(p) for p in pieces)):
+        taken = [p[round_] if round_ < len(p) else [] for p in pieces]  # each owner's positions
+        with tf.control_dependencies(last):
+            last = [t for dtype in _dtypes(variables, taken) for t in _gather_round(
+                shards, variables, [[k for k in ks if variables[k].dtype == dtype] for ks in taken], dtype)]
+
+
+def _dtypes(variables, taken):
+    """The dtypes of a round's variables, in order of first appearance (the same on every rank)."""
+    seen = []
+    for ks in taken:
+        for k in ks:
+            if variables[k].dtype not in seen:
+                seen.append(variables[k].dtype)
+    return seen
+
+
+def _gather_round(shards, variables, taken, dtype):
+    """One allgather of each owner's variables `taken[owner]` (all of `dtype`), flattened, and the
+    values assigned on every other rank; returns reads of the variables assigned (in a graph the
+    next round reads its values only after them, so that one round is in flight, not the model)."""
     from tfring.ops import collectives
 
-    for owner, ks in _pieces(shards, variables, index):
-        received = collectives.broadcast([tf.convert_to_tensor(variables[k]) for k in ks], root_rank=owner)
+    mine = [tf.reshape(tf.convert_to_tensor(variables[k]), [-1]) for k in taken[shards.rank]]
+    sent = tf.concat(mine, 0) if mine else tf.zeros([0], tf.as_dtype(dtype))
+    gathered = collectives.allgather(sent)
+    sizes = [_elements(variables[k]) for ks in taken for k in ks]
+    assigned = []
+    for (owner, k), value in zip([(o, k) for o, ks in enumerate(taken) for k in ks], tf.split(gathered, sizes)):
         if owner != shards.rank:
-            for k, value in zip(ks, received):
-                variables[k].assign(value)
+            variables[k].assign(tf.reshape(value, variables[k].shape))
+            assigned.append(tf.convert_to_tensor(variables[k]))  # (a read: ordered after the assignment)
+    return assigned or [gathered]
 
 
-def _pieces(shards, variables, index):
-    """(owner, positions): each owner's variables in list order, cut at `PIECE_BYTES`, owner by owner."""
-    pieces = []
-    for owner in range(shards.size):
-        current, held = [], 0
-        for k, v in enumerate(variables):
-            if shards.owners[index[k]] != owner:
-                continue
-            if current and held + _bytes(v) > PIECE_BYTES:
-                pieces.append((owner, current))
-                current, held = [], 0
-            current.append(k)
-            held += _bytes(v)
-        if current:
-            pieces.append((owner, current))
-    return pieces
+def _elements(variable):
+    return tf.TensorShape(variable.shape).num_elements()
+
+
+def _pieces(shards, variables, index, owner):
+    """`owner`'s variables in list order, cut into pieces of up to `PIECE_BYTES` / ranks (a bigger
+    variable alone)."""
+    pieces, current, held = [], [], 0
+    for k, v in enumerate(variables):
+        if shards.owners[index[k]] != owner:
+            continue
+        if current and held + _bytes(v) > PIECE_BYTES // shards.size:
+            pieces.append(current)
+            current, held = [], 0
+        current.append(k)
+        held += _bytes(v)
+    return pieces + ([current] if current else [])
 
 
 def _placeholder_of(reference):
