@@ -292,6 +292,44 @@ def test_horovods_distributed_optimizer_shards_to_the_same_weights(tmp_path, pas
         assert max(held) < 0.75 * whole, (shard, held, whole)
 
 
+ELASTIC_STATE = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring.horovod.keras as hvd
+
+hvd.init()
+tf.config.threading.set_intra_op_parallelism_threads(1)
+keras.utils.set_random_seed(1)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((96, 8)).astype("float32")
+y = (x[:, 0] > 0).astype("int32")
+shard = os.environ["SHARD"] == "1"
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="relu"), keras.layers.Dense(2)])
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=shard),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+r, n = hvd.rank(), hvd.size()
+model.fit(x[r::n], y[r::n], batch_size=24 // n, epochs=1, shuffle=False, verbose=0)  # the slots exist now
+state = hvd.elastic.KerasState(model, epoch=1)
+state.sync()  # every rank takes rank 0's weights; a rank keeps the slots it owns
+state.commit()
+model.fit(x[r::n], y[r::n], batch_size=24 // n, epochs=1, shuffle=False, verbose=0)
+state.restore()  # back to the commit, slots included
+model.fit(x[r::n], y[r::n], batch_size=24 // n, epochs=1, shuffle=False, verbose=0)
+np.save(os.path.join(os.environ["OUT"], f"e{r}s{int(shard)}.npy"), np.concatenate([v.numpy().ravel() for v in model.weights]))
+'''
+
+
+def test_horovods_elastic_state_syncs_and_restores_a_sharded_optimizer(tmp_path):
+    for shard in ("0", "1"):
+        proc = run_job(2, ELASTIC_STATE, env={"OUT": str(tmp_path), "SHARD": shard}, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    plain = np.load(tmp_path / "e0s0.npy")
+    for r in (0, 1):
+        assert np.array_equal(np.load(tmp_path / f"e{r}s1.npy"), plain), f"rank {r} differs"
+
+
 SPARSE = r'''
 import os
 import numpy as np

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from tfring import runtime
 from tfring.horovod import broadcasts
+from tfring.strategy.sharding import optimizer_state
 
 
 class HorovodInternalError(RuntimeError):
@@ -196,8 +197,12 @@ class TensorFlowKerasState(ObjectState):
         super().restore()
 
     def sync(self):
-        """Gives every rank rank 0's variables and attributes, and keeps them as the last commit."""
-        broadcasts.broadcast_variables(self._variables(), root_rank=0)
+        """Gives every rank rank 0's variables and attributes, and keeps them as the last commit.
+
+        A sharded optimizer's slots (`shard_optimizer_state=True`) stay each rank's own: a rank
+        holds only those of the variables it owns."""
+        shared = optimizer_state.shared_variables(self.optimizer) if self.optimizer is not None else []
+        broadcasts.broadcast_variables(list(self.model.variables) + shared, root_rank=0)
         self._save_model()
         super().sync()
 

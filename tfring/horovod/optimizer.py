@@ -231,8 +231,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             `RingStrategy(shard_optimizer_state=True)` does (ZeRO stage 1; see
             `tfring.strategy.sharding.optimizer_state`). The weights stay those of the unsharded
             optimizer; `BroadcastGlobalVariablesCallback` leaves the sharded slots alone, and a save
-            holds the whole state. Not with a process set, mixed_float16, `global_clipnorm` or
-            `hvd.elastic` state yet.
+            holds the whole state; `hvd.elastic.KerasState` syncs the model and leaves each rank's
+            slots its own. Not with a process set, mixed_float16 or `global_clipnorm` yet.
         shard_gradients: tfring's own extension: with `shard_optimizer_state=True`, each rank also
             receives only the reduced gradients of the variables it owns (ZeRO stage 2; see
             `RingStrategy(shard_gradients=True)`). Not with `compression` or a predivide factor.

@@ -144,7 +144,8 @@ def shared_variables(optimizer):
     >>> hvd.broadcast_variables(model.variables + shared_variables(model.optimizer), root_rank=0)
     """
     shards = optimizer.__dict__.get(_ATTRIBUTE)
-    variables = list(optimizer.variables)
+    found = optimizer.variables
+    variables = list(found() if callable(found) else found)  # (a method on TF1 and Keras 2 optimizers)
     return variables if shards is None else [v for v in variables if id(v) not in shards.slot_of]
 
 
