@@ -36,7 +36,20 @@ OPTIMIZERS = {
     # Updates that need a whole variable's norm: a variable is never cut, so they shard as they are.
     "lars": lambda: tfring.optimizers.LARS(0.1, momentum=0.9, weight_decay=1e-4),
     "lamb": lambda: keras.optimizers.Lamb(0.01),
+    # The other elementwise Keras optimizers, and a per-variable option.
+    "adagrad": lambda: keras.optimizers.Adagrad(0.05),
+    "adadelta": lambda: keras.optimizers.Adadelta(1.0),
+    "adamax": lambda: keras.optimizers.Adamax(0.01),
+    "nadam": lambda: keras.optimizers.Nadam(0.01),
+    "lion": lambda: keras.optimizers.Lion(0.001),
+    "ftrl": lambda: keras.optimizers.Ftrl(0.05),
+    "adamw_excluded": lambda: _excluding(keras.optimizers.AdamW(0.01, weight_decay=0.05), ["bias"]),
 }
+
+
+def _excluding(optimizer, names):
+    optimizer.exclude_from_weight_decay(var_names=names)
+    return optimizer
 if os.environ["OPT"] == "mixed":
     keras.mixed_precision.set_global_policy("mixed_float16")
 # SHARD: 0 unsharded, 1 the optimizer state, 2 the gradients too.
@@ -78,7 +91,8 @@ def _alone(tmp_path, script, args=(), env=None):
 
 
 @pytest.mark.parametrize("opt,size", [("sgd", 2), ("adam", 2), ("adamw", 3), ("rmsprop", 3), ("adam_clipped", 3),
-                                      ("mixed", 2), ("lars", 2), ("lamb", 3)])
+                                      ("mixed", 2), ("lars", 2), ("lamb", 3), ("adagrad", 2), ("adadelta", 2),
+                                      ("adamax", 2), ("nadam", 2), ("lion", 2), ("ftrl", 2), ("adamw_excluded", 3)])
 def test_sharded_state_equals_unsharded_and_one_process(warm, tmp_path, opt, size):
     script = tmp_path / "fit.py"
     script.write_text(FIT)
@@ -357,10 +371,12 @@ np.save(os.path.join(os.environ["OUT"], f"e{strategy.rank}s{os.environ['SHARD']}
 
 
 def test_sparse_gradients_reach_their_owner(warm, tmp_path):
-    # An Embedding's gradient is a tf.IndexedSlices: reduced as rows, applied by its owner, broadcast whole.
-    for shard in ("0", "1"):
+    # An Embedding's gradient is a tf.IndexedSlices: reduced as rows (to every rank, also with sharded
+    # gradients), applied by its owner, gathered whole.
+    for shard in ("0", "1", "2"):
         proc = warm.run_job(2, SPARSE, env={"OUT": str(tmp_path), "SHARD": shard}, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     plain = np.load(tmp_path / "e0s0.npy")
-    for r in (0, 1):
-        assert np.array_equal(np.load(tmp_path / f"e{r}s1.npy"), plain), f"rank {r} differs"
+    for shard in ("1", "2"):
+        for r in (0, 1):
+            assert np.array_equal(np.load(tmp_path / f"e{r}s{shard}.npy"), plain), f"{shard}: rank {r} differs"
