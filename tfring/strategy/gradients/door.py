@@ -182,19 +182,7 @@ def _door(original):
         outer = extended.gradient_frame
         variables = _variables(self, grads, trainable_variables)
         if optimizer_state.sharded(self) and not self.gradient_accumulation_steps:
-            whole = not extended.shards_gradients
-            if outer is not None and outer.all_reduced and not whole:
-                raise ValueError("tfring: shard_gradients=True does not support a LossScaleOptimizer (mixed "
-                                 "precision) yet: its finiteness check needs every gradient on every rank; use "
-                                 "shard_gradients=False (the optimizer state stays sharded)")
-            if not whole:
-                grads = _reduce_to_owners(extended, self, grads, positions, variables)
-            elif outer is None or not outer.all_reduced:
-                grads = _reduce(extended, grads, positions, clips(self), variables)
-            return optimizer_state.apply_owned(
-                original, self, grads, variables, positions,
-                lambda n, clipped: strategy_base.while_traced(extended, "gradient_frame",
-                                                              Frame(passes=n, clipped=clipped)), whole=whole)
+            return _apply_sharded(original, self, extended, grads, positions, variables)
         if outer is not None and outer.all_reduced:  # inside a LossScaleOptimizer's door
             frame = Frame(passes=len(positions))
         elif self.gradient_accumulation_steps:  # Keras reduces the sum, once per k micro-steps
@@ -207,6 +195,26 @@ def _door(original):
             return original(self, grads, trainable_variables)
 
     return apply
+
+
+def _apply_sharded(original, optimizer, extended, grads, positions, variables):
+    """A sharded optimizer's `apply` (`sharding.optimizer_state`): the gradients all-reduced, or each
+    reduced to its owner (`shard_gradients`), unless a `LossScaleOptimizer` reduced them already;
+    then the update of the variables this rank owns."""
+    outer = extended.gradient_frame
+    whole = not extended.shards_gradients
+    if outer is not None and outer.all_reduced and not whole:
+        raise ValueError("tfring: shard_gradients=True does not support a LossScaleOptimizer (mixed "
+                         "precision) yet: its finiteness check needs every gradient on every rank; use "
+                         "shard_gradients=False (the optimizer state stays sharded)")
+    if not whole:
+        grads = _reduce_to_owners(extended, optimizer, grads, positions, variables)
+    elif outer is None or not outer.all_reduced:
+        grads = _reduce(extended, grads, positions, clips(optimizer), variables)
+    return optimizer_state.apply_owned(
+        original, optimizer, grads, variables, positions,
+        lambda n, clipped: strategy_base.while_traced(extended, "gradient_frame", Frame(passes=n, clipped=clipped)),
+        whole=whole)
 
 
 def _loss_scale_door(original):
