@@ -114,7 +114,8 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, v
             per-variable state; None where unknown.
         owners: with sharded gradients, the rank that owns each gradient's variable (a list like
             `grads`): each dense gradient is reduced to its owner alone and is None on the other
-            ranks (`reduction.reduce_to_owners`). None: every rank gets every gradient.
+            ranks, sparse ones reach every rank (`reduction.reduce_to_owners`). None: every rank
+            gets every gradient.
 
     Returns:
         A list like `grads`.
@@ -126,16 +127,13 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, v
         return list(grads)
     shared = [k for k in range(len(grads)) if k not in local]
     out = list(grads)
-    if owners is not None:  # dense gradients to their owners; sparse ones (rows) to every rank
-        to_owners = [k for k in shared if grads[k] is not None and not isinstance(grads[k], tf.IndexedSlices)]
-        shared = [k for k in shared if k not in set(to_owners)]
-        reduced = reduction.reduce_to_owners(gradient_settings, [grads[k] for k in to_owners],
-                                             [owners[k] for k in to_owners], op=tfring_op)
-        for k, r in zip(to_owners, reduced):
-            out[k] = r
     sources = [variables[k] for k in shared] if variables is not None else None
-    reduced = reduction.reduce_gradients(gradient_settings, [grads[k] for k in shared], op=tfring_op,
-                                         variables=sources)
+    if owners is not None:
+        reduced = reduction.reduce_to_owners(gradient_settings, [grads[k] for k in shared],
+                                             [owners[k] for k in shared], op=tfring_op, variables=sources)
+    else:
+        reduced = reduction.reduce_gradients(gradient_settings, [grads[k] for k in shared], op=tfring_op,
+                                             variables=sources)
     for k, r in zip(shared, reduced):
         out[k] = r
     if scale_local_gradients:

@@ -47,7 +47,8 @@ class _Distributed:
                                       arguments.get("process_set", 0))
         self._hvd = dict(settings=settings, op=arguments["op"], passes=arguments["backward_passes_per_step"],
                          average=arguments["average_aggregated_gradients"],
-                         scale_local=arguments["scale_local_gradients"], local=set(), accumulators=None, count=None)
+                         scale_local=arguments["scale_local_gradients"], local=set(), accumulators=None, count=None,
+                         to_owners=False)
         if arguments.get("shard_optimizer_state") and basics.size() > 1:
             optimizer_state.shard_over(self, basics.rank(), basics.size())
             self._hvd["to_owners"] = arguments.get("shard_gradients", False)
@@ -82,7 +83,7 @@ class _Distributed:
 
     def _hvd_reduce(self, grads, variables):
         local = [k for k, v in enumerate(variables) if id(v) in self._hvd["local"]]
-        owners = optimizer_state.owners_of(self, list(variables)) if self._hvd.get("to_owners") else None
+        owners = optimizer_state.owners_of(self, list(variables)) if self._hvd["to_owners"] else None
         return gradients.reduce(self._hvd["settings"], grads, self._hvd["op"], local, self._hvd["scale_local"],
                                 variables=list(variables), owners=owners)
 
@@ -112,7 +113,7 @@ class _Distributed:
         positions = [k for k, g in enumerate(reduced) if g is not None]
         return optimizer_state.apply_owned(lambda opt, g, v: super(_Distributed, opt).apply(g, v), self, reduced,
                                            variables, positions, lambda n, clipped: contextlib.nullcontext(),
-                                           whole=not self._hvd.get("to_owners"))
+                                           whole=not self._hvd["to_owners"])
 
     def _hvd_accumulate(self, apply, grads, variables, trainable_variables):
         passes, by_variable = self._hvd["passes"], self._hvd["accumulators"]

@@ -224,14 +224,17 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         return reduction.reduce_gradients(self.gradient_settings, grads, op=op, rows=rows, as_rows=as_rows,
                                           by_rows=by_rows, variables=variables)
 
-    def reduce_gradients_to_owners(self, grads, owners, by_rows=False):
-        """This rank's dense gradients averaged over the ranks, each on its owner alone (see
-        `gradients.reduction.reduce_to_owners`); None where another rank owns it.
+    def reduce_gradients_to_owners(self, grads, owners, as_rows=False, by_rows=False, variables=None):
+        """This rank's gradients averaged over the ranks, each dense one on its owner alone (see
+        `gradients.reduction.reduce_to_owners`; None where another rank owns it), sparse ones on
+        every rank.
 
         Args:
-            grads: a list of dense tensors or None.
+            grads: a list of tensors, `tf.IndexedSlices` or None.
             owners: each gradient's owner rank.
+            as_rows: sparse gradients travel as rows (they are clipped next).
             by_rows: a mean that weighs each rank by its rows in the step (see `step_rows`).
+            variables: each gradient's variable, or None.
 
         Returns:
             A list like `grads`.
@@ -239,7 +242,7 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         frame = self.gradient_frame
         rows = None if frame is not None and frame.zeroed else self.step_rows
         return reduction.reduce_to_owners(self.gradient_settings, grads, owners, op="mean", rows=rows,
-                                          by_rows=by_rows)
+                                          by_rows=by_rows, as_rows=as_rows, variables=variables)
 
     def _local_value(self, value):
         if isinstance(value, tf.IndexedSlices):

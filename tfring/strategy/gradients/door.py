@@ -155,12 +155,11 @@ def _reduce_to_owners(extended, optimizer, grads, positions, variables):
     """`grads` with those at `positions` averaged over the ranks as `_reduce` does, each dense one
     on the rank that owns its variable alone (None on the others); sparse ones reach every rank."""
     owners = optimizer_state.owners_of(optimizer, variables)
-    sparse = [k for k in positions if isinstance(grads[k], tf.IndexedSlices)]
-    dense = [k for k in positions if k not in set(sparse)]
-    grads = _reduce(extended, grads, sparse, clips(optimizer), variables) if sparse else list(grads)
-    reduced = extended.reduce_gradients_to_owners([grads[k] for k in dense], [owners[k] for k in dense],
-                                                  by_rows=True)
-    for k, g in zip(dense, reduced):
+    reduced = extended.reduce_gradients_to_owners([grads[k] for k in positions], [owners[k] for k in positions],
+                                                  as_rows=clips(optimizer), by_rows=True,
+                                                  variables=[variables[k] for k in positions])
+    grads = list(grads)
+    for k, g in zip(positions, reduced):
         grads[k] = g
     return grads
 

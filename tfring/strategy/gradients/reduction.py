@@ -112,26 +112,29 @@ def _reduce_dense(settings, values, op, rows, by_rows, variables):
     return reduced
 
 
-def reduce_to_owners(settings, grads, owners, op="sum", rows=None, by_rows=False):
-    """Sums (or averages) dense gradients over the ranks so that each arrives on its owner alone
+def reduce_to_owners(settings, grads, owners, op="sum", rows=None, by_rows=False, as_rows=False, variables=None):
+    """Sums (or averages) gradients over the ranks so that each dense one arrives on its owner alone
     (sharded gradients: `RingStrategy(shard_gradients=True)`), in buckets that start as the
-    backward pass produces them.
+    backward pass produces them. Sparse ones (`tf.IndexedSlices`) cannot be cut by owner: they
+    reach every rank, as `reduce_gradients` gives them.
 
     Args:
         settings: a `GradientSettings`; its hook must be the exact default (a hook returns whole
             gradients on every rank).
-        grads: a list of dense gradients or None (left as they are).
+        grads: a list of gradients: tensors, `tf.IndexedSlices` or None (left as they are).
         owners: the owner of each gradient (its rank in the settings' process set), like `grads`.
         op: "sum" or "mean".
         rows: as for `reduce_gradients`.
         by_rows: as for `reduce_gradients`.
+        as_rows: as for `reduce_gradients` (sparse gradients only).
+        variables: as for `reduce_gradients` (sparse gradients only).
 
     Returns:
-        A list like `grads`: the reduced gradient where this rank owns it, None elsewhere; the
-        same values as `reduce_gradients` gives the owner.
+        A list like `grads`: a dense gradient reduced where this rank owns it and None elsewhere,
+        with the values `reduce_gradients` gives the owner; a sparse one reduced on every rank.
 
     Raises:
-        ValueError: a communication hook or compression is set, or a gradient is sparse.
+        ValueError: a communication hook or compression is set.
 
     Example:
 
@@ -142,9 +145,14 @@ def reduce_to_owners(settings, grads, owners, op="sum", rows=None, by_rows=False
         raise ValueError(f"tfring: shard_gradients=True reduces each gradient to its owner only, which a "
                          f"communication hook or compression cannot do (they return whole gradients): "
                          f"{runner.hook_name(settings.hook)} is set; drop it or set shard_gradients=False")
-    if any(isinstance(g, tf.IndexedSlices) for g in grads):
-        raise ValueError("tfring: reduce_to_owners takes dense gradients (reduce sparse ones with reduce_gradients)")
-    dense = [k for k, g in enumerate(grads) if g is not None]
+    reduced = [None] * len(grads)
+    sparse = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
+    if sparse:
+        for k, r in zip(sparse, reduce_gradients(settings, [grads[k] for k in sparse], op=op, rows=rows,
+                                                 as_rows=as_rows, by_rows=by_rows,
+                                                 variables=[variables[k] for k in sparse] if variables else None)):
+            reduced[k] = r
+    dense = [k for k, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     values = [tf.convert_to_tensor(grads[k]) for k in dense]
     order = buckets_lib.plan_by_owners(values, [owners[k] for k in dense],
                                        0 if tf.executing_eagerly() else settings.bucket_bytes, settings.size)
@@ -155,7 +163,6 @@ def reduce_to_owners(settings, grads, owners, op="sum", rows=None, by_rows=False
             bucket = rows.for_mean(bucket) if by_rows else rows.zero_if_empty(bucket)
         pending.append((idx, started.reduce_to_owners_start(bucket, [owners[dense[i]] for i in idx], op=op,
                                                             process_set=settings.process_set)))
-    reduced = [None] * len(grads)
     for idx, one in pending:
         for i, r in zip(idx, one.wait()):
             reduced[dense[i]] = r

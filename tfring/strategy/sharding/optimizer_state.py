@@ -13,7 +13,7 @@ dtype, so every rank's optimizer has the same variables in the same order. A ste
    (`gradients.reduction.reduce_to_owners`), and `apply_owned(..., whole=False)` clips to a
    `global_clipnorm` over every rank's part;
 2. the user's optimizer updates the variables this rank owns, as it would unsharded;
-3. every rank's model takes each owner's new values, in rounds of allgathers of up to 32 MiB.
+3. every rank's model takes each owner's new values, in rounds of allgathers of up to `PIECE_BYTES`.
 
 Each variable's update is the one the unsharded optimizer makes from the same reduced gradient, so
 the weights equal the unsharded run's bit for bit. The state per rank is about 1/N of the whole
@@ -86,7 +86,7 @@ class Shards:
 
 
 def _bytes(variable):
-    return tf.TensorShape(variable.shape).num_elements() * tf.as_dtype(variable.dtype).size
+    return _elements(variable) * tf.as_dtype(variable.dtype).size
 
 
 def _extended(optimizer):
