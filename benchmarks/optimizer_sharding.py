@@ -106,7 +106,6 @@ def run_config(args, ranks, stage, layers=None, cgroup=None, hosts=None):
     with tempfile.TemporaryDirectory() as out:
         where = ["-np", str(ranks)]
         if hosts is not None:
-            os.chmod(out, 0o755)  # (the ranks run as this user, in other namespaces)
             where = ["-H", ",".join(f"{h}:1" for h in hosts.names[:ranks]), "--rsh", shlex.join(hosts.ssh_command)]
             where += [arg for k in ("PYTHONPATH",) if k in os.environ for arg in ("-x", f"{k}={os.environ[k]}")]
         cmd = [sys.executable, "-m", "tfring", "run", *where, sys.executable, HERE, "--worker",
