@@ -146,6 +146,69 @@ def test_sharded_gradients_equal_one_process_and_travel_to_their_owners(warm, tm
     assert traffic["allreduce"]["bytes"] < gradient_bytes, traffic
 
 
+CUSTOM_STEP = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+keras.utils.set_random_seed(1)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((96, 6)).astype("float32")
+y = rng.standard_normal((96, 1)).astype("float32")
+
+
+class Custom(keras.Model):
+    """keras-io's custom train_step, with an add_loss penalty: the loss and the gradients by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(8, activation="relu")
+        self.out = keras.layers.Dense(1)
+
+    def call(self, inputs):
+        h = self.hidden(inputs)
+        self.add_loss(1e-2 * tf.reduce_mean(tf.square(h)))
+        return self.out(h)
+
+    def train_step(self, data):
+        inputs, target = data
+        with tf.GradientTape() as tape:
+            prediction = self(inputs, training=True)
+            loss = self.compute_loss(x=inputs, y=target, y_pred=prediction)
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+        return {"loss": loss}
+
+
+shard = os.environ["SHARD"]
+strategy = tfring.RingStrategy(shard_optimizer_state=shard != "0", shard_gradients=shard == "2")
+with strategy.scope():
+    model = Custom()
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+model.fit(x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
+np.save(os.path.join(os.environ["OUT"], f"c{strategy.rank}of{strategy.size}s{shard}.npy"),
+        np.concatenate([v.numpy().ravel() for v in model.weights]))
+'''
+
+
+def test_a_custom_train_step_with_add_loss_shards_to_one_processs_weights(warm, tmp_path):
+    script = tmp_path / "custom.py"
+    script.write_text(CUSTOM_STEP)
+    env = {"OUT": str(tmp_path)}
+    _alone(tmp_path, script, env=dict(env, SHARD="0"))
+    for shard in ("0", "1", "2"):
+        proc = warm.run_job(2, CUSTOM_STEP, env=dict(env, SHARD=shard), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    one = np.load(tmp_path / "c0of1s0.npy")
+    plain = np.load(tmp_path / "c0of2s0.npy")
+    assert np.max(np.abs(plain - one)) <= 1e-5
+    for shard in ("1", "2"):  # SGD with momentum: a gradient N times off would show
+        for r in (0, 1):
+            assert np.array_equal(np.load(tmp_path / f"c{r}of2s{shard}.npy"), plain), f"{shard}: rank {r} differs"
+
+
 STAGE2_REFUSED = r'''
 import numpy as np
 import keras
