@@ -3,6 +3,7 @@ against unsharded, in one run.
 
     .venv/bin/python benchmarks/optimizer_sharding.py [--ranks 2,4] [--width 2048] [--layers 24]
         [--optimizer adam] [--steps 4] [--stages 0,1,2] [--hosts-rate MBIT] [--limit-mb M] [--json FILE]
+    .venv/bin/python benchmarks/optimizer_sharding.py --balance
 
 A stack of `--layers` Dense layers of `--width` x `--width` (no bias) and a Dense(1) head: 24 x
 2048 x 2048 is 100.7 M parameters, 403 MB in float32, and Adam's two moments are 805 MB more. Each
@@ -30,6 +31,12 @@ memory limit of M MB per rank, for each stage, on the first rank count of `--ran
 joins a cgroup of its own with that limit before TensorFlow starts (the kernel kills a rank that
 goes over, and the job fails); the number of layers is bisected between 1 and `--max-layers`.
 The cgroups are removed whatever happens.
+
+With `--balance`: no job, the partition alone. For well-known models (Keras' ResNet50, VGG16 and
+MobileNetV2, built without weights, and a BERT-base-sized encoder of Keras layers), the most
+bytes of optimizer state any rank holds when whole variables are given to ranks, as a multiple of
+an even share (1/N of the whole, what cutting one flattened buffer into N parts gives), for 2, 4,
+8 and 16 ranks.
 """
 
 import argparse
@@ -212,6 +219,47 @@ def print_largest(args):
         print(f"- sharded {STAGES[stage]}: {layers} layers, {params / 1e6:.1f} M parameters ({tried} jobs tried)")
 
 
+def encoder(vocabulary=30522, width=768, blocks=12, heads=12, hidden=3072, length=128):
+    """A BERT-base-sized encoder of Keras layers (110 M parameters): the variables' shapes matter here."""
+    import keras
+
+    tokens = keras.Input((length,), dtype="int32")
+    x = keras.layers.Embedding(vocabulary, width)(tokens)
+    for _ in range(blocks):
+        attended = keras.layers.MultiHeadAttention(heads, width // heads)(x, x)
+        x = keras.layers.LayerNormalization()(x + attended)
+        x = keras.layers.LayerNormalization()(x + keras.layers.Dense(width)(keras.layers.Dense(hidden)(x)))
+    return keras.Model(tokens, x)
+
+
+def print_balance():
+    import keras
+
+    from tfring.strategy.sharding import partition
+
+    models = {"ResNet50": lambda: keras.applications.ResNet50(weights=None),
+              "VGG16": lambda: keras.applications.VGG16(weights=None),
+              "MobileNetV2": lambda: keras.applications.MobileNetV2(weights=None),
+              "BERT-base-sized encoder": encoder}
+    counts = (2, 4, 8, 16)
+    print("| model | parameters | variables | largest variable MB | " +
+          " | ".join(f"{n} ranks" for n in counts) + " |")
+    print("|---|---:|---:|---:|" + "---:|" * len(counts))
+    for name, build in models.items():
+        sizes = [v.numpy().nbytes for v in build().trainable_variables]
+        shares = []
+        for n in counts:
+            loads = [0] * n
+            for size, owner in zip(sizes, partition.owners(sizes, n)):
+                loads[owner] += size
+            shares.append(f"{max(loads) / (sum(sizes) / n):.2f}")
+        print(f"| {name} | {sum(sizes) / 4e6:.1f} M | {len(sizes)} | {max(sizes) / 1e6:.1f} | " +
+              " | ".join(shares) + " |")
+        keras.backend.clear_session()
+    print("\n(the most state any rank holds, whole variables per rank, as a multiple of 1/N of the whole; "
+          "a flattened buffer cut in N even parts is 1.00)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="2,4")
@@ -222,6 +270,7 @@ def main():
     parser.add_argument("--hosts-rate", type=int, help="also run on 2 emulated hosts at this many Mbit/s")
     parser.add_argument("--limit-mb", type=int, help="also find the largest model under this memory per rank")
     parser.add_argument("--max-layers", type=int, default=64)
+    parser.add_argument("--balance", action="store_true", help="only the partition's balance on well-known models")
     parser.add_argument("--json", help="also write every rank's figures here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stages", default="0,1,2", help="which to run: 0 unsharded, 1 the optimizer state, "
@@ -232,6 +281,8 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
+    if args.balance:
+        return print_balance()
     start = time.monotonic()
     results = {}
     args.stage_list = [int(k) for k in args.stages.split(",")]

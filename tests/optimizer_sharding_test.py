@@ -209,6 +209,67 @@ def test_a_custom_train_step_with_add_loss_shards_to_one_processs_weights(warm, 
             assert np.array_equal(np.load(tmp_path / f"c{r}of2s{shard}.npy"), plain), f"{shard}: rank {r} differs"
 
 
+# keras-io's custom training loop under strategy.run (no fit): the optimizer's apply_gradients shards too.
+CUSTOM_LOOP = r'''
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((100, 8)).astype("float32")  # batches of 40: a last one of 20
+y = (x[:, :1] - x[:, 1:2]).astype("float32")
+shard = os.environ["SHARD"]
+strategy = tfring.RingStrategy(shard_optimizer_state=shard != "0", shard_gradients=shard == "2")
+for kind in ("sgd", "adam"):
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="tanh"),
+                                  keras.layers.Dense(5, activation="tanh"), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.1, momentum=0.9) if kind == "sgd" else keras.optimizers.Adam(0.01)
+    data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(40))
+
+    @tf.function
+    def train_step(xb, yb):
+        def step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
+            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+        strategy.run(step, args=(xb, yb))
+
+    for _ in range(3):
+        for xb, yb in data:
+            train_step(xb, yb)
+    np.save(f"{os.environ['OUT']}/loop-{kind}-{strategy.rank}of{strategy.size}s{shard}.npy",
+            np.concatenate([v.numpy().ravel() for v in model.weights]))
+    with open(f"{os.environ['OUT']}/loop-{kind}-{strategy.rank}of{strategy.size}s{shard}.bytes", "w") as f:
+        f.write(str(sum(v.numpy().nbytes for v in optimizer.variables)))
+'''
+
+
+def test_a_custom_loop_under_strategy_run_shards_to_one_processs_weights(warm, tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(CUSTOM_LOOP)
+    env = {"OUT": str(tmp_path)}
+    _alone(tmp_path, script, env=dict(env, SHARD="0"))
+    for shard in ("0", "1", "2"):
+        proc = warm.run_job(2, CUSTOM_LOOP, env=dict(env, SHARD=shard), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    for kind in ("sgd", "adam"):
+        one = np.load(tmp_path / f"loop-{kind}-0of1s0.npy")
+        plain = np.load(tmp_path / f"loop-{kind}-0of2s0.npy")
+        assert np.max(np.abs(plain - one)) <= 1e-5, kind
+        whole = int((tmp_path / f"loop-{kind}-0of2s0.bytes").read_text())
+        for shard in ("1", "2"):  # on 2 ranks every stage adds the same two values: bit for bit
+            for r in (0, 1):
+                weights = np.load(tmp_path / f"loop-{kind}-{r}of2s{shard}.npy")
+                assert np.array_equal(weights, plain), f"{kind}, stage {shard}: rank {r} differs from unsharded"
+                held = int((tmp_path / f"loop-{kind}-{r}of2s{shard}.bytes").read_text())
+                assert held < 0.75 * whole, (kind, shard, r, held, whole)  # the state was sharded
+
 STAGE2_REFUSED = r'''
 import numpy as np
 import keras
@@ -313,8 +374,8 @@ def test_a_sharded_save_resumes_in_a_sharded_job_of_another_size(warm, tmp_path)
     script.write_text(RESUME)
     env = {"OUT": str(tmp_path)}
     _alone(tmp_path, script, env=dict(env, SHARD="0", PHASE="whole"))
-    for ranks, phase in ((2, "first"), (3, "second")):
-        proc = warm.run_job(ranks, RESUME, env=dict(env, SHARD="1", PHASE=phase), timeout=600)
+    for ranks, phase, shard in ((2, "first", "2"), (3, "second", "1")):  # stage 2 saves, stage 1 resumes
+        proc = warm.run_job(ranks, RESUME, env=dict(env, SHARD=shard, PHASE=phase), timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     whole = np.load(tmp_path / "whole0.npy")
     resumed = [np.load(tmp_path / f"second{r}.npy") for r in range(3)]

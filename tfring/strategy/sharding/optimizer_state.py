@@ -368,7 +368,10 @@ def _gather_round(shards, variables, taken, dtype):
     assigned = []
     for (owner, k), value in zip([(o, k) for o, ks in enumerate(taken) for k in ks], tf.split(gathered, sizes)):
         if owner != shards.rank:
-            variables[k].assign(tf.reshape(value, variables[k].shape))
+            # A copy: `value` is a slice of `gathered`, and a variable assigned the slice itself
+            # would keep the whole round alive, this rank's own piece included (2 ranks, 100.7 M
+            # Adam: peak RSS 2203 MB without the copy, 1951-1968 with it; unsharded 2391-2400).
+            variables[k].assign(tf.raw_ops.DeepCopy(x=tf.reshape(value, variables[k].shape)))
             assigned.append(tf.convert_to_tensor(variables[k]))  # (a read: ordered after the assignment)
     return assigned or [gathered]
 
