@@ -146,6 +146,19 @@ def test_sharded_gradients_equal_one_process_and_travel_to_their_owners(warm, tm
     assert traffic["allreduce"]["bytes"] < gradient_bytes, traffic
 
 
+
+def test_the_timeline_shows_the_reduce_scatter_and_allgather_phases(tmp_path):
+    # (plain processes: a warm worker's engine started before this job's timeline setting)
+    env = {"OPT": "adam", "OUT": str(tmp_path), "SHARD": "2", "TFRING_TIMELINE": str(tmp_path / "trace.json")}
+    proc = run_job(2, FIT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        spans = [e["name"] for e in json.loads((tmp_path / f"trace.rank{rank}.json").read_text())
+                 if e.get("ph") == "X"]
+        # 3 epochs of 5 steps, each reducing its gradients to their owners and gathering the new values
+        assert sum(name.startswith("reducescatter ") for name in spans) >= 15, sorted(set(spans))[:20]
+        assert sum(name.startswith("allgather ") for name in spans) >= 15, sorted(set(spans))[:20]
+
 CUSTOM_STEP = r'''
 import os
 import numpy as np
