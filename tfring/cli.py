@@ -94,9 +94,49 @@ def _run_arguments(run):
                      help="show every rank's stdout, and the ranks' stderr after Ctrl-C (default: rank 0's "
                           "stdout, every rank's stderr until Ctrl-C)")
     run.add_argument("--verbose", action="store_true", help="print the hosts, ranks and command before starting")
+    _elastic_arguments(run)
     for flag in ("gloo", "mpi"):
         run.add_argument(f"--{flag}", action="store_true", help="horovodrun's flag: accepted and ignored, saying why")
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command to run, e.g. python train.py")
+
+
+def _elastic_arguments(run):
+    group = run.add_argument_group("elastic jobs", "start the job again on the hosts left when a rank fails "
+                                   "(any of these makes the job elastic)")
+    group.add_argument("--min-np", type=int, default=None, help="the fewest ranks the job runs with")
+    group.add_argument("--max-np", type=int, default=None,
+                       help="the most ranks (default: -np, else every slot the hosts offer)")
+    group.add_argument("--host-discovery-script", default=None, metavar="SCRIPT",
+                       help="an executable printing the hosts now, one 'host:slots' per line (read again "
+                            "before each start and while waiting for slots)")
+    group.add_argument("--max-restarts", "--reset-limit", dest="max_restarts", type=int, default=None,
+                       help="how many times the job may start again after a failure (default 3)")
+    group.add_argument("--elastic-timeout", type=float, default=None,
+                       help="seconds to wait for --min-np slots before failing (default 600)")
+    group.add_argument("--blacklist-cooldown-range", type=float, nargs=2, default=None, metavar=("MIN", "MAX"),
+                       help="seconds a failed host is kept out: MIN at its first failure, doubled at each "
+                            "next one, at most MAX (default 10 300)")
+
+
+def _elastic_options(args):
+    """An `elastic.ElasticOptions` when any elastic flag is given, else None."""
+    from tfring.launch import elastic
+
+    given = {name: getattr(args, name) for name in ("min_np", "max_np", "host_discovery_script", "max_restarts",
+                                                    "elastic_timeout", "blacklist_cooldown_range")}
+    if all(value is None for value in given.values()):
+        return None
+    defaults = elastic.ElasticOptions()
+    options = elastic.ElasticOptions(
+        min_np=defaults.min_np if given["min_np"] is None else given["min_np"], max_np=given["max_np"],
+        discovery_script=given["host_discovery_script"],
+        max_restarts=defaults.max_restarts if given["max_restarts"] is None else given["max_restarts"],
+        elastic_timeout=defaults.elastic_timeout if given["elastic_timeout"] is None else given["elastic_timeout"],
+        cooldown=tuple(given["blacklist_cooldown_range"] or defaults.cooldown))
+    if options.discovery_script and (args.hosts or args.hostfile):
+        raise ValueError("give the hosts either with --host-discovery-script or with -H/--hostfile, not both")
+    options.check()
+    return options
 
 
 def _run_options(args):
@@ -122,7 +162,7 @@ def _run_options(args):
         if host_list:
             listed = ", ".join(f"{h.name}:{h.slots}" for h in host_list)
             print(f"tfring run: using the hosts of this job's allocation ({source}): {listed}", file=sys.stderr)
-    if args.np is None and host_list is None:
+    if args.np is None and host_list is None and not (args.host_discovery_script or args.max_np):
         raise ValueError("give -np N (and, for several hosts, -H or --hostfile)")
     horovod_exports, notes = horovod_habits.translate(os.environ)
     notes += [why for flag, why in horovod_habits.IGNORED_FLAGS.items() if getattr(args, flag)]
@@ -157,8 +197,9 @@ def _run(args):
         print("tfring run: no command given (e.g. tfring run -np 2 python train.py)", file=sys.stderr)
         return 2
     try:
+        elastic_options = _elastic_options(args)
         options = _run_options(args)
-        return launcher.run(program, args.np, options)
+        return launcher.run(program, args.np, options, elastic_options)
     except ValueError as e:
         print(f"tfring run: {e}", file=sys.stderr)
         return 2

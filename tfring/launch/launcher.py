@@ -23,6 +23,7 @@ import time
 
 from tfring.launch import addresses
 from tfring.launch import cluster
+from tfring.launch import elastic
 from tfring.launch import core_binding
 from tfring.launch import forwarding
 from tfring.launch import horovod_habits
@@ -32,6 +33,7 @@ from tfring.launch import local_rank
 from tfring.launch import output
 from tfring.launch import remote_rank
 from tfring.launch import supervision
+from tfring.launch import variables
 from tfring.launch import versions
 
 # The ranks' grace before SIGKILL: `supervision`'s, named here too (tests allow for it).
@@ -87,9 +89,10 @@ class StartError(RuntimeError):
     >>> raise StartError("tfring run: cannot start 'train.py': Permission denied")
     """
 
-    def __init__(self, message, exit_code=127):
+    def __init__(self, message, exit_code=127, host=None):
         super().__init__(message)
         self.exit_code = exit_code
+        self.host = host  # the host that could not be reached, when one is to blame
 
 
 class Job:
@@ -102,8 +105,9 @@ class Job:
         env: the launcher's environment (default `os.environ`).
     """
 
-    def __init__(self, command, num_processes, options=None, env=None):
+    def __init__(self, command, num_processes, options=None, env=None, restart=None, interrupt=None):
         self.command = list(command)
+        self.restart = restart  # an elastic job's start count, or None
         self.options = options or Options()
         self.slots = hostlist.plan_slots(num_processes, self.options.hosts)
         self.base_env = dict(os.environ if env is None else env)
@@ -114,7 +118,7 @@ class Job:
                              "name it once, with all its slots")
         self.remote_slots = [s for s in self.slots if not here[s.host]]
         self.ranks = {}  # rank -> LocalRank or RemoteRank
-        self.supervisor = supervision.Supervisor(self.ranks, self.output)
+        self.supervisor = supervision.Supervisor(self.ranks, self.output, interrupt)
 
     @property
     def runs_here(self):
@@ -131,6 +135,8 @@ class Job:
         }
         if self.options.timeout is not None:
             env[cluster.TIMEOUT] = str(self.options.timeout)
+        if self.restart is not None:
+            env[variables.RESTART] = str(self.restart)
         env.update(self.options.exports)
         return env
 
@@ -198,13 +204,13 @@ class Job:
         for rank in self.ranks.values():
             if rank.reply is None:
                 self._fail_start(f"cannot start rank {rank.slot.rank} on host {rank.slot.host}: "
-                                 f"{rank.start_error(o.start_timeout)}")
+                                 f"{rank.start_error(o.start_timeout)}", host=rank.slot.host)
         self._check_versions()
 
-    def _fail_start(self, message, exit_code=127):
+    def _fail_start(self, message, exit_code=127, host=None):
         self.supervisor.terminate()
         self.output.close()
-        raise StartError(f"tfring run: {message}", exit_code)
+        raise StartError(f"tfring run: {message}", exit_code, host)
 
     def _stop_if_signalled(self):
         signalled = self.supervisor.signalled
@@ -260,13 +266,15 @@ def _working_directory(environ):
         return cwd
 
 
-def run(command, num_processes, options=None):
+def run(command, num_processes, options=None, elastic_options=None):
     """Runs `command` as `num_processes` ranks and returns the launcher's exit code.
 
     Args:
         command: the program and its arguments, e.g. `["python", "train.py"]`.
         num_processes: the job size; None means every slot of `options.hosts`.
         options: an `Options` (hosts, ssh, output, timeouts); None: this host, defaults.
+        elastic_options: an `elastic.ElasticOptions` for a job that starts again on the hosts left
+            after a failure (`tfring run --min-np`), or None.
 
     Returns:
         0 when every rank exited 0, else the code of the rank that failed first (128+N for signal
@@ -287,11 +295,58 @@ def run(command, num_processes, options=None):
     command, note = interpreter.resolve(command, os.environ)
     if note:
         print(note, file=sys.stderr)
+    if elastic_options is not None:
+        return _run_elastic(command, num_processes, options or Options(), elastic_options)
     job = Job(command, num_processes, options)
-    previous = {s: signal.signal(s, job.supervisor.record_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _signals_to(job.supervisor.record_signal):
         job.start()
         return job.supervisor.wait()
-    finally:
-        for s, h in previous.items():
+
+
+class _signals_to:
+    """A context in which SIGINT and SIGTERM go to `handler` (restored after)."""
+
+    def __init__(self, handler):
+        self.handler = handler
+
+    def __enter__(self):
+        self.previous = {s: signal.signal(s, self.handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def __exit__(self, *exc):
+        for s, h in self.previous.items():
             signal.signal(s, h)
+
+
+def _run_elastic(command, num_processes, options, elastic_options):
+    """`run` for an elastic job: a `Job` per membership, as `elastic.ElasticJob` decides."""
+
+    def start_job(hosts, size, restart, interrupt):
+        job = Job(command, size, dataclasses.replace(options, hosts=hosts), restart=restart, interrupt=interrupt)
+        if runner.signalled is not None:  # (a signal between two memberships)
+            job.supervisor.signalled = runner.signalled
+
+        def to_both(signum, frame):
+            runner.record_signal(signum, frame)
+            job.supervisor.record_signal(signum, frame)
+
+        with _signals_to(to_both):
+            try:
+                job.start()
+            except StartError as e:
+                if e.host is None or runner.signalled is not None:
+                    raise
+                return elastic.Ending(e.exit_code, e.host, str(e).removeprefix("tfring run: "))  # not reached
+            code = job.supervisor.wait()
+        if job.supervisor.interrupted is not None:
+            return elastic.Ending(code, grown=True)
+        if code == 0 or job.supervisor.cause is None or runner.signalled is not None:
+            return elastic.Ending(code)
+        rank, line, lost_peer = job.supervisor.cause
+        return elastic.Ending(code, job.slots[rank].host, line, lost_peer=lost_peer)
+
+    runner = elastic.ElasticJob(start_job, options.hosts, num_processes, elastic_options)
+    with _signals_to(runner.record_signal):
+        try:
+            return runner.run()
+        except RuntimeError as e:
+            raise StartError(f"tfring run: {e}", 128 + runner.signalled if runner.signalled else 1) from None

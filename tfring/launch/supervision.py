@@ -47,14 +47,17 @@ class Supervisor:
     0
     """
 
-    def __init__(self, ranks, output):
+    def __init__(self, ranks, output, interrupt=None):
         self.ranks = ranks
         self.output = output
+        self.interrupt = interrupt  # called at each poll: a reason to end a running job, or None
+        self.interrupted = None  # the reason the job was ended by `interrupt`
         self.exits = {}  # rank -> (exit code, time.monotonic() when the exit was first seen)
         self.signalled = None  # SIGINT/SIGTERM received by the launcher (the handler only records it)
         self._threads = []
         self._stderr_pumps = {}  # rank -> the thread reading its stderr
         self._consequences = {}  # rank -> whether its stderr reads as a lost peer
+        self.cause = None  # after a failure: (the rank blamed, the line naming it, whether it lost a peer)
 
     def record_signal(self, signum, _frame):
         """A signal handler: notes the launcher's first SIGINT/SIGTERM in `signalled`."""
@@ -141,9 +144,22 @@ class Supervisor:
         sys.stderr.flush()
 
     def _outcome(self):
-        """Polls every rank until all have ended, the launcher got a signal, or a failure is clear."""
+        """Polls every rank until all have ended, the launcher got a signal, a failure is clear, or
+        `interrupt` gives a reason to end the job."""
         while not self._poll_all() and self.signalled is None and not self._failure_is_clear():
+            if self.interrupt is not None and (reason := self.interrupt()):
+                self.interrupted = reason
+                return
             time.sleep(POLL_SECONDS)
+
+    def _stop_on_interrupt(self):
+        """Ends every rank for `interrupted`'s reason, saying so; returns 0 when they all exit 0."""
+        self._say(f"ending the ranks: {self.interrupted}")
+        self.output.hide_stderr()  # (their tracebacks of SIGTERM)
+        self.terminate()
+        self._end_leftovers(report=False)
+        self._join_output()
+        return 0 if all(code == 0 for code, _ in self.exits.values()) else 128 + signal.SIGTERM
 
     def _end_leftovers(self, report):
         """Ends what ranks on this host left running in their process groups after they exited
@@ -208,7 +224,9 @@ class Supervisor:
             code, seen = self.exits.get(r, (None, math.inf))
             ends.append(first_failure.RankEnd(r, code, seen, seen >= stopping_since, self._stderr_tail(r)))
         cause, others = first_failure.blame(ends)
-        self._say(first_failure.summary(self.ranks[cause.rank].describe_failure(cause.code), cause.tail, others))
+        line = self.ranks[cause.rank].describe_failure(cause.code)
+        self.cause = (cause.rank, line, first_failure.reads_as_consequence(cause.tail))
+        self._say(first_failure.summary(line, cause.tail, others))
         return cause.code
 
     def _join_output(self):
@@ -227,6 +245,8 @@ class Supervisor:
         self._outcome()
         if self.signalled is not None:
             code = self._stop_on_signal()
+        elif self.interrupted is not None:
+            code = self._stop_on_interrupt()
         elif any(code != 0 for code, _ in self.exits.values()):
             code = self._stop_on_failure()
         else:

@@ -236,11 +236,13 @@ def _backup_save_model(original):
 
 
 def _backup_load_model(original):
-    # Keras' BackupAndRestore._load_model for backups written by _backup_save_model.
+    # Keras' BackupAndRestore._load_model for backups written by _backup_save_model, whoever resumes
+    # them: a job of another size, one process with or without a RingStrategy (Keras' own loader
+    # would look for its own file name, find none, and still take the backup's epoch).
     @functools.wraps(original)
     def _load_model(self):
         manifest = _read_json(getattr(self, "_training_metadata_path", ""))
-        if ring_strategy_of(self.model) is None or not self.model.built or not manifest or _WEIGHTS_KEY not in manifest:
+        if not self.model.built or not manifest or _WEIGHTS_KEY not in manifest:
             return original(self)
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)  # as Keras does before loading
