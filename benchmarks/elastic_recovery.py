@@ -1,0 +1,211 @@
+"""Elastic jobs: the time from a failure to the first step after it, and the work lost, against how
+often the job backs up, in one run.
+
+    .venv/bin/python benchmarks/elastic_recovery.py [--ranks 2] [--save-freqs 10,50,epoch] [--trials 1]
+    sudo .venv/bin/python benchmarks/elastic_recovery.py --hosts 3     # emulated hosts, one rank each
+
+Each trial is one `tfring run --min-np 1 --host-discovery-script ...` job of an MLP (64 -> 1024 ->
+1024 -> 1, 1.1 M parameters, global batch 96, 100 steps an epoch, 3 epochs) with
+`BackupAndRestore(save_freq=F)`. Rank 0 logs the time of every step it ends. When it has ended step
+175 (75 steps into the second epoch), the benchmark SIGKILLs the last rank. On this host (default)
+the discovery script keeps listing every slot (cool-down 0), so the job starts again at its size;
+with `--hosts H` (root, iproute2, openssh-server) every process of the last emulated host is killed,
+its link cut and the host dropped from the discovery script's list, so the job goes on with one host
+fewer. A host cut off is noticed by the others' collectives within `tfring run --timeout`
+(`--timeout`, default 10 s here; tfring's default is 60).
+
+Printed per `save_freq`: the step time before the failure; from the kill to the first new process
+(the launcher seeing the failure, stopping the job, reading the hosts, starting again); from there
+to `import tfring` done, to the model built, and to the first step after the failure ended; the
+whole recovery; the steps done twice (ended before the kill, done again after it) and their time.
+"""
+
+import argparse
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.abspath(__file__)
+sys.path.insert(0, os.path.dirname(HERE))
+from allreduce import _quiet_env  # noqa: E402
+
+ROWS, GLOBAL_BATCH, EPOCHS, KILL_AFTER = 9600, 96, 3, 175
+
+
+def worker(args):
+    started = time.time()
+    restart = int(os.environ.get("TFRING_RESTART", "0"))
+    import numpy as np
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    import keras
+
+    import tfring
+
+    strategy = tfring.RingStrategy()
+    imported = time.time()
+    with open(os.path.join(args.out, f"pid.{strategy.rank}.{restart}"), "w") as f:
+        f.write(str(os.getpid()))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((ROWS, 64)).astype("float32")
+    y = (x[:, :1] - x[:, 1:2]).astype("float32")
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(1024, activation="relu"),
+                                  keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="mse")
+    built = time.time()
+    log = open(os.path.join(args.out, f"steps.{strategy.rank}.{restart}"), "w") if strategy.rank == 0 else None
+
+    class Log(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if log:
+                log.write(f"{int(self.model.optimizer.iterations)} {time.time()}\n")
+                log.flush()
+
+    if log:
+        log.write(f"# {started} {imported} {built}\n")
+    save_freq = "epoch" if args.save_freq == "epoch" else int(args.save_freq)
+    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(os.path.join(args.out, "backup"), save_freq=save_freq),
+                         Log()])
+
+
+def _steps(path):
+    """(process start, import done, model built) and [(step, time)] from a rank-0 log."""
+    times, steps = None, []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                times = [float(t) for t in line.split()[1:]]
+            elif line.strip():
+                step, at = line.split()
+                steps.append((int(step), float(at)))
+    return times, steps
+
+
+def _wait_for(predicate, seconds, proc):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def _answers(hosts, name, seconds=60):
+    """Waits until `name` answers over ssh again after its link came back (its neighbour entries may
+    still say it is unreachable for a while)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if subprocess.run([*hosts.ssh_command, name, "true"], capture_output=True, timeout=30).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{name} does not answer over ssh {seconds} s after its link came back")
+
+
+def trial(args, save_freq, hosts=None):
+    out = tempfile.mkdtemp(prefix="elastic-recovery-")  # private (0700)
+    listed = os.path.join(out, "hosts")
+    names = hosts.names[:args.hosts] if hosts else ["localhost"]
+    with open(listed, "w") as f:
+        f.write("".join(f"{n}:1\n" for n in names) if hosts else f"localhost:{args.ranks}\n")
+    discover = os.path.join(out, "discover.sh")
+    with open(discover, "w") as f:
+        f.write(f"#!/bin/sh\ncat {shlex.quote(listed)}\n")
+    os.chmod(discover, 0o700)
+    where = ["--rsh", shlex.join(hosts.ssh_command)] + [
+        a for k in ("PYTHONPATH",) if k in os.environ for a in ("-x", f"{k}={os.environ[k]}")] if hosts else []
+    cmd = [sys.executable, "-m", "tfring", "run", "--min-np", "1", "--host-discovery-script", discover,
+           "--blacklist-cooldown-range", "0", "0", "--timeout", str(args.timeout), *where, sys.executable, HERE, "--worker", "--out", out,
+           "--save-freq", str(save_freq)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_quiet_env(),
+                            start_new_session=True)
+    first = os.path.join(out, "steps.0.0")
+    try:
+        def past_kill_step():
+            return os.path.exists(first) and any(s >= KILL_AFTER for s, _ in _steps(first)[1])
+
+        if not _wait_for(past_kill_step, 300, proc):
+            raise RuntimeError(f"the job never reached step {KILL_AFTER}: {proc.communicate(timeout=60)[1][-2000:]}")
+        size = args.hosts if hosts else args.ranks
+        victim = int(open(os.path.join(out, f"pid.{size - 1}.0")).read())
+        killed_at = time.time()
+        if hosts:
+            with open(listed, "w") as f:
+                f.write("".join(f"{n}:1\n" for n in names[:-1]))
+            for pid in hosts.pids(args.hosts - 1):
+                os.kill(pid, signal.SIGKILL)
+            hosts.link_down(args.hosts - 1)
+        else:
+            os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if hosts:
+            hosts.link_up(args.hosts - 1)
+            _answers(hosts, names[-1])
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the job failed: {err[-2000:]}")
+    _, before = _steps(first)
+    (started, imported, built), after = _steps(os.path.join(out, "steps.0.1"))
+    done_before = max(s for s, t in before if t <= killed_at)
+    step_s = statistics.median(b[1] - a[1] for a, b in zip(before, before[1:]))
+    redone = done_before - (after[0][0] - 1)
+    return {"step_ms": 1e3 * step_s, "to_new_process": started - killed_at, "import": imported - started,
+            "build": built - imported, "first_step": after[0][1] - built, "recovery": after[0][1] - killed_at,
+            "redone": redone, "redone_s": redone * step_s}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--hosts", type=int, default=0, help="emulated hosts of one rank each (0: this host)")
+    parser.add_argument("--save-freqs", default="10,50,epoch")
+    parser.add_argument("--trials", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=10.0,
+                        help="tfring run --timeout: seconds a collective waits for a peer (a host cut off is "
+                             "noticed within it)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--save-freq", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    hosts = None
+    if args.hosts:
+        from tfring_dev.emulated_hosts import EmulatedHosts
+
+        hosts = EmulatedHosts(args.hosts)
+    rows = {}
+    try:
+        if hosts:
+            hosts.__enter__()
+        for freq in args.save_freqs.split(","):
+            rows[freq] = [trial(args, freq, hosts) for _ in range(args.trials)]
+    finally:
+        if hosts:
+            hosts.__exit__(None, None, None)
+    where = f"{args.hosts} emulated hosts, the last one lost" if hosts else f"{args.ranks} ranks on this host, one killed"
+    print(f"Elastic recovery ({where}; --timeout {args.timeout:g}; medians of {args.trials} "
+          f"trial{'s' if args.trials > 1 else ''}, {time.strftime('%Y-%m-%d')}):\n")
+    print("| save_freq | step ms | kill to new process s | import s | model built s | first step s "
+          "| failure to next step s | steps done twice | their time s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for freq, results in rows.items():
+        m = {k: statistics.median(r[k] for r in results) for k in results[0]}
+        print(f"| {freq} | {m['step_ms']:.1f} | {m['to_new_process']:.2f} | {m['import']:.2f} | {m['build']:.2f} "
+              f"| {m['first_step']:.2f} | {m['recovery']:.2f} | {m['redone']:.0f} | {m['redone_s']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
