@@ -398,9 +398,8 @@ def test_an_elastic_fit_loses_a_host_and_goes_on_to_the_uninterrupted_weights(th
             proc.wait(timeout=30)
     assert proc.returncode == 0, err[-3000:]
     assert "starting the job again (restart 1 of at most 3)" in err, err[-3000:]
-    # h2's rank is blamed when its exit crossed before the cut, else a rank that lost it: no host is kept out
-    assert (f"host {three_hosts.names[2]} kept out for 300 s" in err or
-            "no host kept out (the first failure lost a peer)" in err), err[-3000:]
+    # h2's rank is blamed, or a rank that lost it (h2's exits never arrive): either way h2 is kept out
+    assert f"host {three_hosts.names[2]} kept out for 300 s" in err, err[-3000:]
     one = np.load(tmp_path / "w-sgd-alone-r0-0of1.npy")
     for r in range(2):
         resumed = np.load(tmp_path / f"w-sgd-job-r1-{r}of2.npy")

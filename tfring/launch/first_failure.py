@@ -70,6 +70,53 @@ def reads_as_consequence(tail):
     return any(_PEER_LOST.search(line) for line in tail)
 
 
+def peer_named(tail):
+    """The rank a lost-peer failure names (`lost the connection to rank 2`), or None.
+
+    Args:
+        tail: a rank's last stderr lines.
+
+    Returns:
+        The rank number in the last line holding one of `PEER_LOST`'s phrases with a rank in it.
+
+    Example:
+
+    >>> peer_named(["UnavailableError: ... rank 2 stopped answering"])
+    2
+    """
+    for line in reversed(tail):
+        for match in _PEER_LOST.finditer(line):
+            number = re.search(r"rank (-?\d+)", match.group(0))
+            if number:
+                return int(number.group(1))
+    return None
+
+
+def silent_peer(ends):
+    """The rank that lost-peer failures name and that never ended by itself: it ended only when the
+    launcher stopped the job, or not at all (its host cut off or gone), or None.
+
+    Args:
+        ends: a `RankEnd` per rank.
+
+    Returns:
+        A rank, or None.
+
+    Example:
+
+    >>> silent_peer([RankEnd(0, 1, 1.0, False, ["... rank 2 stopped answering"]),
+    ...              RankEnd(1, 1, 1.1, False, ["... lost the connection to rank 0"]),
+    ...              RankEnd(2, 255, 9.0, True, [])])
+    2
+    """
+    by_rank = {e.rank: e for e in ends}
+    for end in sorted((e for e in ends if e.code not in (0, None)), key=lambda e: (e.seen_at, e.rank)):
+        peer = peer_named(end.tail) if reads_as_consequence(end.tail) else None
+        if peer in by_rank and (by_rank[peer].stopped or by_rank[peer].code is None):
+            return peer
+    return None
+
+
 def last_line(tail):
     """The last non-empty line of `tail`, stripped and shortened to 300 characters ("" if none)."""
     for line in reversed(tail):
