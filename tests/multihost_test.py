@@ -279,6 +279,24 @@ def test_a_host_cut_off_mid_allreduce_fails_the_others_naming_the_peer(two_hosts
     _no_ranks_left(two_hosts, seconds=60)  # rank 1 times out by itself behind the cut link
 
 
+def test_a_host_cut_off_is_noticed_long_before_the_collective_timeout(two_hosts):
+    # TCP keepalive probes on the ring's sockets: a silent peer host fails the connection within
+    # about 5 s, and the launcher does not wait for that host's ranks to answer SIGTERM.
+    proc, pids, script = _start(two_hosts, (1, 1), LOOP, env={"TFRING_TIMEOUT": "120"})
+    try:
+        start = time.monotonic()
+        two_hosts.link_down(1)
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode != 0
+        assert time.monotonic() - start < 40, err[-3000:]  # (the collective timeout is 120 s)
+        assert "UNAVAILABLE" in out, out[-2000:] + err[-2000:]
+    finally:
+        two_hosts.link_up(1)
+        os.unlink(script)
+        proc.kill()
+    _no_ranks_left(two_hosts, seconds=180)  # rank 1 behind the cut link: its own keepalive ends it
+
+
 @pytest.mark.extended
 def test_hierarchical_allreduce_on_an_uneven_layout_fails_saying_why(two_hosts):
     proc = launch(two_hosts, (2, 1), LOOP, env={"TFRING_ALLREDUCE": "hierarchical"}, timeout=120)

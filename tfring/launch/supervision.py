@@ -3,7 +3,9 @@
 The launcher polls every rank until all have ended, it got SIGINT/SIGTERM, or a failure is clear.
 When one rank exits non-zero (or the connection to its host is lost), the others are stopped
 (SIGTERM, then SIGKILL after a grace period: all gone within 5 s) and the launcher exits with the
-code of the rank that failed first, naming it (`first_failure`) in one last line. However the job
+code of the rank that failed first, naming it (`first_failure`) in one last line. A rank on another
+host that the failed ranks say they lost, and that has not ended 3 s later (its host cut off), is
+not waited for: its ssh is killed at once. However the job
 ends, what a rank on this host left running in its process group is ended with it (SIGTERM, then
 SIGKILL after the grace); after a job that succeeded the launcher names those processes, one line
 per rank, and still exits 0. After Ctrl-C the launcher says so once, and hides what the ranks
@@ -98,22 +100,30 @@ class Supervisor:
                 self.exits[r] = (code, now)
         return len(self.exits) == len(self.ranks)
 
-    def _wait_all(self, seconds):
+    def _wait_all(self, seconds, silent=()):
+        """Polls until every rank but `silent` ones has ended, at most `seconds`."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not self._poll_all():
+            if silent and all(r in self.exits for r in self.ranks if r not in silent):
+                return
             time.sleep(POLL_SECONDS)
 
-    def terminate(self):
-        """SIGTERM to every rank, SIGKILL to those still alive after the grace period."""
-        self.signal_all(signal.SIGTERM)
-        self._wait_all(KILL_GRACE_SECONDS)
-        self._kill_all()
+    def terminate(self, silent=()):
+        """SIGTERM to every rank, SIGKILL to those still alive after the grace period.
 
-    def _kill_all(self):
+        Args:
+            silent: ranks on other hosts not to wait for: ranks the others lost, still not ended
+                `CAUSE_GRACE_SECONDS` after that (their host cut off): their ssh is killed at once.
+        """
+        self.signal_all(signal.SIGTERM)
+        self._wait_all(KILL_GRACE_SECONDS, silent)
+        self._kill_all(silent)
+
+    def _kill_all(self, silent=()):
         """SIGKILL to every rank (a remote one through its closed channel), then ssh itself."""
         for rank in self.ranks.values():
             rank.kill()
-        self._wait_all(remote_rank.SSH_EXIT_GRACE)
+        self._wait_all(remote_rank.SSH_EXIT_GRACE, silent)
         for rank in self.ranks.values():
             rank.force()
             try:
@@ -216,10 +226,20 @@ class Supervisor:
         clean = len(self.exits) == len(self.ranks) and all(code == 0 for code, _ in self.exits.values())
         return 0 if clean else 128 + signum
 
+    def _silent(self):
+        """Remote ranks that failed ranks say they lost and that have still not ended, once
+        `CAUSE_GRACE_SECONDS` have passed since the first failure (`_failure_is_clear`'s wait)."""
+        failed = [(seen, r) for r, (code, seen) in self.exits.items() if code != 0]
+        if not failed or time.monotonic() - min(failed)[0] <= CAUSE_GRACE_SECONDS:
+            return set()
+        named = {first_failure.peer_named(self._stderr_tail(r)) for _, r in failed if self._reads_as_consequence(r)}
+        return {r for r in named if r in self.ranks and r not in self.exits
+                and not isinstance(self.ranks[r], local_rank.LocalRank)}
+
     def _stop_on_failure(self):
         """Stops the other ranks and names the one that failed first; returns its exit code."""
         stopping_since = time.monotonic()
-        self.terminate()
+        self.terminate(self._silent())
         self._join_output()
         ends = []
         for r in self.ranks:

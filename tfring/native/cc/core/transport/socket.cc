@@ -31,6 +31,15 @@ void tune(int fd) {
   int bytes = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+  // A peer host that stops answering (cut off, powered down) closes nothing: a rank waiting to
+  // receive from it would wait out the collective timeout. Probing an idle connection after 2 s,
+  // every second, 3 times, fails it within about 5 s instead. A live host's kernel answers the
+  // probes however busy or stopped its rank is, so a slow step is never taken for a lost host.
+  int idle = 2, interval = 1, count = 3;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
 }
 
 // Waits until fd is ready for `events` or the deadline passes.
