@@ -148,9 +148,8 @@ class Ending:
         host: the host of the rank blamed for a failure (None: no rank failed).
         line: the line naming that failure.
         grown: True when the launcher ended it to start again on more slots.
-        lost_peer: True when the rank blamed only lost a peer it does not name (no rank was seen
-            failing by itself), so its own host is not to blame. (One that names the peer comes
-            with the peer's host.)
+        lost_peer: True when the rank blamed only lost a peer (no rank was seen failing by
+            itself), so its own host is not to blame.
     """
 
     code: int

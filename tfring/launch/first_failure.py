@@ -70,31 +70,43 @@ def reads_as_consequence(tail):
     return any(_PEER_LOST.search(line) for line in tail)
 
 
-def peer_named(tail):
-    """The rank a lost-peer failure names (`lost the connection to rank 2`), or None.
+# The core's words when a peer's host went silent (cut off, powered down), rather than its rank
+# ending: the ring's keepalive probes or the collective's deadline ran out. N stands for a rank.
+SILENT = (
+    r"lost the connection to rank (N): [^\n]*(?:timed out|No route to host|Host is unreachable)",
+    r"rank (N) stopped answering",  # transport/ring_transport.cc: the collective's deadline
+    r"while data from rank (N) was still moving",  # transport/ring_transport.cc
+)
+_SILENT = [re.compile(p.replace("(N)", r"(-?\d+)")) for p in SILENT]
+
+
+def silent_named(tail):
+    """The rank whose host a failure says went silent (`lost the connection to rank 2: ...
+    Connection timed out`, `rank 2 stopped answering`), or None (a closed connection, no rank).
 
     Args:
         tail: a rank's last stderr lines.
 
     Returns:
-        The rank number in the last line holding one of `PEER_LOST`'s phrases with a rank in it.
+        A rank number, or None.
 
     Example:
 
-    >>> peer_named(["UnavailableError: ... rank 2 stopped answering"])
+    >>> silent_named(["UnavailableError: ... rank 2 stopped answering"])
     2
     """
     for line in reversed(tail):
-        for match in _PEER_LOST.finditer(line):
-            number = re.search(r"rank (-?\d+)", match.group(0))
-            if number:
-                return int(number.group(1))
+        for pattern in _SILENT:
+            match = pattern.search(line)
+            if match:
+                return int(match.group(1))
     return None
 
 
 def silent_peer(ends):
-    """The rank that lost-peer failures name and that never ended by itself: it ended only when the
-    launcher stopped the job, or not at all (its host cut off or gone), or None.
+    """The rank whose host failed ranks say went silent (`SILENT`) and that never ended by itself:
+    it ended only when the launcher stopped the job, or not at all (its host cut off or gone), or
+    None.
 
     Args:
         ends: a `RankEnd` per rank.
@@ -104,14 +116,14 @@ def silent_peer(ends):
 
     Example:
 
-    >>> silent_peer([RankEnd(0, 1, 1.0, False, ["... rank 2 stopped answering"]),
-    ...              RankEnd(1, 1, 1.1, False, ["... lost the connection to rank 0"]),
+    >>> silent_peer([RankEnd(1, 1, 1.0, False, ["... lost the connection to rank 0: connection closed by peer"]),
+    ...              RankEnd(0, 1, 4.1, True, ["... rank 2 stopped answering"]),
     ...              RankEnd(2, 255, 9.0, True, [])])
     2
     """
     by_rank = {e.rank: e for e in ends}
     for end in sorted((e for e in ends if e.code not in (0, None)), key=lambda e: (e.seen_at, e.rank)):
-        peer = peer_named(end.tail) if reads_as_consequence(end.tail) else None
+        peer = silent_named(end.tail)
         if peer in by_rank and (by_rank[peer].stopped or by_rank[peer].code is None):
             return peer
     return None

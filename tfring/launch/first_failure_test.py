@@ -85,17 +85,22 @@ def test_the_summary_is_one_line_with_the_last_error():
     assert len(first_failure.last_line(["y" * 1000])) == 303
 
 
-def test_the_peer_a_lost_peer_failure_names_is_found():
-    assert first_failure.peer_named(["x", "UnavailableError: tfring.allreduce failed: rank 2 stopped answering"]) == 2
-    assert first_failure.peer_named(["lost the connection to rank 11: connection closed by peer"]) == 11
-    assert first_failure.peer_named(["connection closed by peer"]) is None  # no rank named
-    assert first_failure.peer_named(["ValueError: rank 3 is bad"]) is None  # not a lost peer
+def test_a_silent_host_is_told_from_a_rank_that_ended():
+    named = first_failure.silent_named
+    assert named(["UnavailableError: lost the connection to rank 2: connection lost while receiving: "
+                  "Connection timed out"]) == 2  # keepalive probes unanswered
+    assert named(["x", "UnavailableError: tfring.allreduce failed: rank 11 stopped answering"]) == 11
+    assert named(["lost the connection to rank 0: connection closed by peer"]) is None  # its rank ended
+    assert named(["lost the connection to rank 0: connection lost while receiving: Connection reset by peer"]) is None
 
 
 def test_the_silent_peer_is_the_named_rank_that_never_ended_by_itself():
-    cut = [RankEnd(0, 1, 1.0, False, ["UnavailableError: lost the connection to rank 1"]),  # its neighbour's exit
-           RankEnd(1, 1, 0.9, False, ["UnavailableError: rank 2 stopped answering"]),
-           RankEnd(2, 255, 9.0, True, [])]  # its ssh killed by the launcher
+    # h2 cut off: rank 0 loses it (keepalive) and closes its other connection, so rank 1 fails
+    # first naming rank 0, which ends only after the launcher began stopping the job.
+    cut = [RankEnd(1, 1, 0.9, False, ["UnavailableError: lost the connection to rank 0: connection closed by peer"]),
+           RankEnd(0, 1, 4.0, True, ["UnavailableError: lost the connection to rank 2: connection lost while "
+                                     "receiving: Connection timed out"]),
+           RankEnd(2, 137, 9.0, True, [])]  # its ssh killed by the launcher
     assert first_failure.silent_peer(cut) == 2
     assert first_failure.silent_peer([RankEnd(0, 1, 1.0, False, ["lost the connection to rank 1"]),
                                       RankEnd(1, 3, 0.5, False, ["ValueError: boom"])]) is None

@@ -341,10 +341,9 @@ def _run_elastic(command, num_processes, options, elastic_options):
             return elastic.Ending(code, grown=True)
         if code == 0 or job.supervisor.cause is None or runner.signalled is not None:
             return elastic.Ending(code)
-        rank, line, lost_peer, peer = job.supervisor.cause
-        if lost_peer and peer is not None and 0 <= peer < len(job.slots):  # the host it lost is to blame
-            host = job.slots[peer].host
-            return elastic.Ending(code, host, f"{line}, having lost rank {peer} on host {host}")
+        rank, line, lost_peer, _ = job.supervisor.cause
+        # (A rank that only lost a peer keeps no host out: which host went silent cannot be told
+        # reliably from the survivors' errors; the discovery script drops a dead host.)
         return elastic.Ending(code, job.slots[rank].host, line, lost_peer=lost_peer)
 
     runner = elastic.ElasticJob(start_job, options.hosts, num_processes, elastic_options)

@@ -227,12 +227,12 @@ class Supervisor:
         return 0 if clean else 128 + signum
 
     def _silent(self):
-        """Remote ranks that failed ranks say they lost and that have still not ended, once
-        `CAUSE_GRACE_SECONDS` have passed since the first failure (`_failure_is_clear`'s wait)."""
+        """Remote ranks whose host failed ranks say went silent (`first_failure.SILENT`) and that
+        have still not ended, once `CAUSE_GRACE_SECONDS` have passed since the first failure."""
         failed = [(seen, r) for r, (code, seen) in self.exits.items() if code != 0]
         if not failed or time.monotonic() - min(failed)[0] <= CAUSE_GRACE_SECONDS:
             return set()
-        named = {first_failure.peer_named(self._stderr_tail(r)) for _, r in failed if self._reads_as_consequence(r)}
+        named = {first_failure.silent_named(self._stderr_tail(r)) for _, r in failed}
         return {r for r in named if r in self.ranks and r not in self.exits
                 and not isinstance(self.ranks[r], local_rank.LocalRank)}
 

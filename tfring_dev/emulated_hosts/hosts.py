@@ -254,11 +254,16 @@ class EmulatedHosts:
         self._check_host(i)
         system.run_command(["ip", "link", "set", self._veths[i], "down"])
 
-    def link_up(self, i):
-        """Reconnects host `i` after `link_down(i)`.
+    def link_up(self, i, seconds=60.0):
+        """Reconnects host `i` after `link_down(i)`; returns once it answers over ssh (the
+        neighbour entries of the cut may say "no route to host" for a few seconds).
 
         Args:
             i: the host's index.
+            seconds: how long it may take to answer.
+
+        Raises:
+            RuntimeError: it did not answer within `seconds`.
 
         Example:
 
@@ -266,6 +271,17 @@ class EmulatedHosts:
         """
         self._check_host(i)
         system.run_command(["ip", "link", "set", self._veths[i], "up"])
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                if subprocess.run([*self.ssh_command, self._names[i], "true"], capture_output=True,
+                                  stdin=subprocess.DEVNULL, timeout=10).returncode == 0:
+                    return
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self._names[i]} does not answer over ssh {seconds:g} s after its link came back")
+            time.sleep(0.5)
 
     def stop_sshd(self, i):
         """Kills host `i`'s sshd, so ssh to it is refused; its other processes keep running.
