@@ -103,32 +103,6 @@ def silent_named(tail):
     return None
 
 
-def silent_peer(ends):
-    """The rank whose host failed ranks say went silent (`SILENT`) and that never ended by itself:
-    it ended only when the launcher stopped the job, or not at all (its host cut off or gone), or
-    None.
-
-    Args:
-        ends: a `RankEnd` per rank.
-
-    Returns:
-        A rank, or None.
-
-    Example:
-
-    >>> silent_peer([RankEnd(1, 1, 1.0, False, ["... lost the connection to rank 0: connection closed by peer"]),
-    ...              RankEnd(0, 1, 4.1, True, ["... rank 2 stopped answering"]),
-    ...              RankEnd(2, 255, 9.0, True, [])])
-    2
-    """
-    by_rank = {e.rank: e for e in ends}
-    for end in sorted((e for e in ends if e.code not in (0, None)), key=lambda e: (e.seen_at, e.rank)):
-        peer = silent_named(end.tail)
-        if peer in by_rank and (by_rank[peer].stopped or by_rank[peer].code is None):
-            return peer
-    return None
-
-
 def last_line(tail):
     """The last non-empty line of `tail`, stripped and shortened to 300 characters ("" if none)."""
     for line in reversed(tail):

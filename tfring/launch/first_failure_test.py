@@ -92,15 +92,3 @@ def test_a_silent_host_is_told_from_a_rank_that_ended():
     assert named(["x", "UnavailableError: tfring.allreduce failed: rank 11 stopped answering"]) == 11
     assert named(["lost the connection to rank 0: connection closed by peer"]) is None  # its rank ended
     assert named(["lost the connection to rank 0: connection lost while receiving: Connection reset by peer"]) is None
-
-
-def test_the_silent_peer_is_the_named_rank_that_never_ended_by_itself():
-    # h2 cut off: rank 0 loses it (keepalive) and closes its other connection, so rank 1 fails
-    # first naming rank 0, which ends only after the launcher began stopping the job.
-    cut = [RankEnd(1, 1, 0.9, False, ["UnavailableError: lost the connection to rank 0: connection closed by peer"]),
-           RankEnd(0, 1, 4.0, True, ["UnavailableError: lost the connection to rank 2: connection lost while "
-                                     "receiving: Connection timed out"]),
-           RankEnd(2, 137, 9.0, True, [])]  # its ssh killed by the launcher
-    assert first_failure.silent_peer(cut) == 2
-    assert first_failure.silent_peer([RankEnd(0, 1, 1.0, False, ["lost the connection to rank 1"]),
-                                      RankEnd(1, 3, 0.5, False, ["ValueError: boom"])]) is None

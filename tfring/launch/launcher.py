@@ -23,8 +23,8 @@ import time
 
 from tfring.launch import addresses
 from tfring.launch import cluster
-from tfring.launch import elastic
 from tfring.launch import core_binding
+from tfring.launch import elastic
 from tfring.launch import forwarding
 from tfring.launch import horovod_habits
 from tfring.launch import hosts as hostlist
@@ -103,6 +103,8 @@ class Job:
         num_processes: the job size (None: every slot of `options.hosts`).
         options: an `Options`.
         env: the launcher's environment (default `os.environ`).
+        restart: an elastic job's start count, given to the ranks as `TFRING_RESTART` (None: not elastic).
+        interrupt: for `supervision.Supervisor`: called while the job runs, a reason to end it or None.
     """
 
     def __init__(self, command, num_processes, options=None, env=None, restart=None, interrupt=None):
@@ -341,7 +343,7 @@ def _run_elastic(command, num_processes, options, elastic_options):
             return elastic.Ending(code, grown=True)
         if code == 0 or job.supervisor.cause is None or runner.signalled is not None:
             return elastic.Ending(code)
-        rank, line, lost_peer, _ = job.supervisor.cause
+        rank, line, lost_peer = job.supervisor.cause
         # (A rank that only lost a peer keeps no host out: which host went silent cannot be told
         # reliably from the survivors' errors; the discovery script drops a dead host.)
         return elastic.Ending(code, job.slots[rank].host, line, lost_peer=lost_peer)

@@ -59,9 +59,7 @@ class Supervisor:
         self._threads = []
         self._stderr_pumps = {}  # rank -> the thread reading its stderr
         self._consequences = {}  # rank -> whether its stderr reads as a lost peer
-        # After a failure: (the rank blamed, the line naming it, whether it only lost a peer, the
-        # silent rank the lost-peer failures name or None).
-        self.cause = None
+        self.cause = None  # after a failure: (the rank blamed, the line naming it, whether it only lost a peer)
 
     def record_signal(self, signum, _frame):
         """A signal handler: notes the launcher's first SIGINT/SIGTERM in `signalled`."""
@@ -247,8 +245,7 @@ class Supervisor:
             ends.append(first_failure.RankEnd(r, code, seen, seen >= stopping_since, self._stderr_tail(r)))
         cause, others = first_failure.blame(ends)
         line = self.ranks[cause.rank].describe_failure(cause.code)
-        lost = first_failure.reads_as_consequence(cause.tail)
-        self.cause = (cause.rank, line, lost, first_failure.silent_peer(ends) if lost else None)
+        self.cause = (cause.rank, line, first_failure.reads_as_consequence(cause.tail))
         self._say(first_failure.summary(line, cause.tail, others))
         return cause.code
 
