@@ -132,13 +132,13 @@ test-keras-floor: env
 
 # Horovod's own TensorFlow tests against tfring.horovod (tests/peers/horovod: the files, unchanged but
 # for their import lines, on every rank of a tfring run job), on 2 and 3 ranks, and its TF2 examples
-# (run_examples.py: offline MNIST, 200 steps); `make test` runs a
+# (run_examples.py: offline MNIST, 200 steps; the elastic one losing a rank); `make test` runs a
 # representative part of them (tests/horovod_suite_test.py). Their own dependencies (mock,
 # parameterized, cloudpickle) are in the test requirements.
 test-horovod-suite: env
 	$(PY) tests/peers/horovod/run_suite.py --np 2
 	$(PY) tests/peers/horovod/run_suite.py --np 3
-	$(PY) tests/peers/horovod/run_examples.py --np 2 --max-steps 100
+	$(PY) tests/peers/horovod/run_examples.py --np 2 --max-steps 100 --elastic 150
 
 # tfring under a real SLURM (tests/slurm_test.py: srun on one node and across two emulated hosts,
 # sbatch): installs Debian's SLURM daemons and munge (root), then runs the tests marked `slurm`.

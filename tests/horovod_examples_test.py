@@ -2,8 +2,8 @@
 their import lines changed (and the lines Keras 3 itself refuses): each runs on 2 ranks with offline
 MNIST and ends with the ranks' weights bit-identical; the Keras one, with dropout off and its data
 order fixed, equal (in float64, to 1e-12) to one process trained on 2 x its batch. Capped to a few
-steps here;
-`make test-horovod-suite` runs them longer and runs the synthetic benchmark too.
+steps here; Horovod's elastic Keras example, with the same changes, as an elastic job that loses a
+rank. `make test-horovod-suite` runs them longer and runs the synthetic benchmark too.
 """
 
 import os
@@ -37,3 +37,14 @@ def test_horovods_keras_example_equals_one_process_on_n_times_the_batch():
     line, = [l for l in done.stdout.splitlines() if "against one process" in l]
     assert "ranks bit-identical: True" in line, line
     assert float(line.split("max |dw| = ")[1].split()[0]) <= 1e-12, line
+
+
+def test_horovods_elastic_keras_example_goes_on_from_its_commit_after_losing_a_rank():
+    # 1 warm-up batch, then 3 per epoch (capped): rank 1 dies after the first batch of epoch 1.
+    done = subprocess.run([sys.executable, RUNNER, "--max-steps", "3", "--timeout", "300", "--only", "--elastic", "5"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    line, = [l for l in done.stdout.splitlines() if l.startswith("== tensorflow2_keras_mnist_elastic.py")]
+    # Started again on the slot left, from the commit after that batch (Horovod's state.batch is its index).
+    assert line.endswith("exit 0; reset on 1 rank(s) at epoch 1 batch 0"), line
+    assert "starting the job again" in done.stdout and "rewrote Keras 3 optimizers have no `lr`" in done.stdout

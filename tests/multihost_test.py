@@ -432,3 +432,80 @@ def test_an_elastic_fit_loses_a_host_and_goes_on_to_the_uninterrupted_weights(th
         resumed = np.load(tmp_path / f"w-sgd-job-r1-{r}of2.npy")
         assert np.max(np.abs(resumed - one)) <= 1e-5, np.max(np.abs(resumed - one))
     _no_ranks_left(three_hosts)
+
+
+def _wait_for(condition, seconds, what, proc):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise AssertionError(f"{what} within {seconds} s (launcher exit: {proc.poll()})")
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("lost", [2, 0], ids=["last-host", "rank-0s-host"])
+def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_uninterrupted_weights(
+        three_hosts, tmp_path, lost):
+    # 3 hosts of one rank, a fit committing every 2 batches with tfring.elastic (tests/elastic_state_test.py):
+    # between two commits one host loses every process, its link and its sshd, and leaves the host
+    # list. The job goes on on two ranks from the newest commit the other hosts keep (no checkpoint
+    # of the user's: rank 0's host, lost, held the launcher's store and a copy). The host comes back
+    # and is listed again: the job grows to three ranks, from its commit, and ends with the weights of
+    # the uninterrupted one-process run, leaving no commit on any host and no process behind.
+    from elastic_state_test import SCRIPT
+
+    env = {"OUT": str(tmp_path), "OPT": "sgd", "MODE": "fit", "EPOCHS": "8"}
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                           env={**{k: v for k, v in os.environ.items() if not k.startswith("TFRING_")},
+                                **QUIET_ENV, **env})
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    hosts_file, discover, scratch = tmp_path / "hosts", tmp_path / "discover.sh", tmp_path / "scratch"
+    scratch.mkdir()
+    listed = lambda *names: hosts_file.write_text("".join(f"{name}:1\n" for name in names))  # noqa: E731
+    listed(*three_hosts.names)
+    discover.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
+    discover.chmod(0o700)
+    exports = [a for k, v in {**QUIET_ENV, **env, "SLOW": "0.5", "TMPDIR": str(scratch)}.items()
+               for a in ("-x", f"{k}={v}")]
+    argv = [sys.executable, "-m", "tfring", "run", "--min-np", "2", "--host-discovery-script", str(discover),
+            "--rsh", " ".join(three_hosts.ssh_command), "--blacklist-cooldown-range", "1", "1",
+            "--all-output", *exports, sys.executable, str(script)]
+    log, printed = tmp_path / "launcher.log", tmp_path / "ranks.log"
+    with open(log, "w") as err, open(printed, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, start_new_session=True)
+    kept = scratch / f"tfring-{os.geteuid()}"
+    try:
+        _wait_for(lambda: list(kept.glob("elastic-*/commit")), 180, "no commit was written", proc)
+        time.sleep(0.7)  # (mid-way between two commits: one batch after one)
+        listed(*[name for i, name in enumerate(three_hosts.names) if i != lost])
+        for pid in three_hosts.pids(lost):  # every process of the host, its link, its sshd
+            os.kill(pid, signal.SIGKILL)
+        three_hosts.link_down(lost)
+        three_hosts.stop_sshd(lost)
+        _wait_for(lambda: printed.read_text().count("reset: 2 rank(s)") == 2, 120, "the job did not go on", proc)
+        time.sleep(3)  # (a few batches and commits on two ranks)
+        three_hosts.link_up(lost, answer=False)
+        three_hosts.start_sshd(lost)
+        listed(*three_hosts.names)
+        _wait_for(lambda: "starting it again on them" in log.read_text(), 120, "the job did not grow", proc)
+        proc.wait(timeout=300)
+    finally:
+        three_hosts.link_up(lost, answer=False)
+        three_hosts.start_sshd(lost)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    said = log.read_text()
+    assert proc.returncode == 0, said[-3000:]
+    assert "the job ended well after 1 failure and 1 resize" in said, said[-3000:]
+    resets = [line.split("reset: ")[1] for line in printed.read_text().splitlines() if "reset: " in line]
+    # each membership went on from a commit, not from the start: "2 rank(s) from epoch E batch B step 0"
+    assert [r.split()[0] for r in resets] == ["2"] * 2 + ["3"] * 3 and all(
+        r.split()[4:7:2] != ["0", "0"] for r in resets), resets
+    one = np.load(tmp_path / "w-fit-sgd-alone-r0-0of1.npy")
+    for r in range(3):
+        went_on = np.load(tmp_path / f"w-fit-sgd-job-r2-{r}of3.npy")
+        assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
+    assert list(kept.iterdir()) == []
+    _no_ranks_left(three_hosts)

@@ -29,7 +29,7 @@ register_when_keras_loads()
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "transport_name", "traffic", "ops", "RingStrategy", "compression", "optimizers", "callbacks",
-           "schedules", "data", "scale_learning_rate", "is_chief", "print0", "RankFilter", "broadcast_object",
+           "schedules", "data", "elastic", "scale_learning_rate", "is_chief", "print0", "RankFilter", "broadcast_object",
            "allgather_object", "run"]
 
 
@@ -37,7 +37,7 @@ def __getattr__(name):
     # These import TensorFlow: load them only when asked for.
     import importlib
 
-    if name in ("ops", "compression", "optimizers", "callbacks", "schedules", "data"):
+    if name in ("ops", "compression", "optimizers", "callbacks", "schedules", "data", "elastic"):
         return importlib.import_module(f"tfring.{name}")
     if name in ("broadcast_object", "allgather_object"):
         return getattr(importlib.import_module("tfring.ops.objects"), name)

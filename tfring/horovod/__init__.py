@@ -23,9 +23,9 @@ Differences from Horovod, on purpose:
   is refused (tfring has no MPI inside it).
 - `hvd.join` has Horovod's semantics (`tfring.ops.join`): until every rank has joined, a joined
   rank adds zeros to the others' allreduces, and other collectives fail on the ranks that call them.
-- `hvd.elastic`'s state objects (`KerasState`, `TensorFlowState`, `ObjectState`) and callbacks
-  work as Horovod's, but a tfring job keeps the ranks it started with: `hvd.elastic.run` syncs the
-  state and runs the function once, and a failing rank ends the job naming it.
+- `hvd.elastic`'s state objects (`KerasState`, `TensorFlowState`, `ObjectState`), callbacks and
+  `run` work as Horovod's under `tfring run --min-np A --max-np B` (`tfring.elastic`): a lost rank
+  or host, or added hosts, start the job's ranks again, and `run` goes on from the newest commit.
 - What tfring does not have raises NotImplementedError naming it: `hvd.Adasum`, `hvd.init(comm=...)`,
   `hvd.start_timeline` (the timeline is `tfring run --timeline-filename`, for the whole job), and
   `run` on other hosts or as an elastic job. Arguments about placement and

@@ -1,24 +1,24 @@
-"""Horovod's elastic API (`hvd.elastic`): state objects, their Keras callbacks, and `run`.
+"""Horovod's elastic API (`hvd.elastic`): state objects, their Keras callbacks, and `run`, on `tfring.elastic`.
 
-The state objects work as Horovod's: `sync()` gives every rank rank 0's values (model and
-optimizer variables, and any keyword attributes), `commit()` keeps a copy in host memory,
-`restore()` brings the last copy back, undoing what changed since.
+The state objects are `tfring.elastic.State`s with Horovod's constructors: `sync()` gives every
+rank rank 0's values (model and optimizer variables, and any keyword attributes), `commit()` keeps
+a copy, `restore()` brings the last copy back, undoing what changed since.
 
-What tfring does not do (yet) is change the job's ranks while it runs: a tfring job keeps the
-ranks it started with, and a rank that fails ends the job with the error naming it (the ring cannot
-heal). So `run(func)` syncs the state and calls `func` once: there is never a reset to retry
-after, and `commit()` never raises `HostsUpdatedInterrupt`. Scripts written for Horovod's
-elastic mode run unchanged on a fixed set of ranks.
+Under `tfring run --min-np A --max-np B`, a failed rank, a lost host or new slots start the job's
+ranks again on the hosts there (tfring's elastic jobs restart every rank, as torchrun's do), and
+`run(func)` calls `func` again from the newest commit, which every host keeps, after running the
+state's reset callbacks: Horovod's rollback to the last commit on a lost worker, and its reset on
+added hosts. The ranks that are started again do not raise `HostsUpdatedInterrupt` or
+`HorovodInternalError`: they start anew and resume. Scripts written for Horovod's elastic mode run
+with the import line changed.
 """
-
-import functools
 
 import keras
 import tensorflow as tf
 
+from tfring import elastic
 from tfring import runtime
 from tfring.horovod import broadcasts
-from tfring.strategy.sharding import optimizer_state
 
 
 class HorovodInternalError(RuntimeError):
@@ -26,7 +26,7 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's interrupt for hosts added or removed; tfring's jobs keep their ranks, so it is never raised.
+    """Horovod's interrupt for hosts added or removed; tfring starts the ranks again instead of raising it.
 
     Args:
         skip_sync: Horovod's flag: whether the next `sync()` may be skipped.
@@ -37,7 +37,7 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-class ObjectState:
+class ObjectState(elastic.State):
     """Python values kept in step across the ranks (Horovod's `hvd.elastic.ObjectState`).
 
     Args:
@@ -52,66 +52,14 @@ class ObjectState:
     """
 
     def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        self._bcast_object = bcast_object or broadcasts.broadcast_object
+        self._bcast_object = bcast_object
         self._rank = get_rank or runtime.rank
-        self._saved_state = kwargs
-        self._reset_callbacks = []
-        self._set_attrs()
+        super().__init__(**kwargs)
 
-    def register_reset_callbacks(self, callbacks):
-        """Keeps `callbacks` to run after a reset (tfring's jobs never reset: see the module docstring)."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        """Runs `reset()` and the reset callbacks."""
-        self.reset()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def commit(self):
-        """Keeps a copy of the state in host memory (`save()`), as the point `restore()` returns to."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Horovod raises `HostsUpdatedInterrupt` here when hosts changed; a tfring job's never do."""
-
-    def save(self):
-        """Keeps a copy of the attributes."""
-        self._saved_state = {attr: getattr(self, attr) for attr in self._saved_state}
-
-    def restore(self):
-        """Brings the attributes back to the last `save()`/`commit()`."""
-        self._set_attrs()
-
-    def sync(self):
-        """Gives every rank rank 0's attributes."""
-        if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state)
-            self._set_attrs()
-
-    def reset(self):
-        """Horovod's hook before a re-sync after a reset; nothing here."""
-
-    def _set_attrs(self):
-        for attr, value in self._saved_state.items():
-            setattr(self, attr, value)
-
-
-def _values(variables):
-    return [tf.identity(tf.convert_to_tensor(v)) for v in variables]
-
-
-def _assign(variables, values):
-    for variable, value in zip(variables, values):
-        variable.assign(value)
-
-
-def _optimizer_variables(optimizer):
-    if optimizer is None:
-        return []
-    found = optimizer.variables
-    return list(found() if callable(found) else found)  # a method on TF1 and Keras 2 optimizers
+    def _broadcast_values(self, values, root_rank):
+        if self._bcast_object is not None and root_rank == 0:
+            return self._bcast_object(values)
+        return broadcasts.broadcast_object(values, root_rank=root_rank)
 
 
 class TensorFlowState(ObjectState):
@@ -133,29 +81,14 @@ class TensorFlowState(ObjectState):
     def __init__(self, variables=None, session=None, **kwargs):
         if not tf.executing_eagerly():
             raise NotImplementedError("hvd.elastic.TensorFlowState: eager TensorFlow only (as Horovod's on TF2)")
-        self.variables = list(variables or [])
-        self._values = _values(self.variables)
-        super().__init__(**kwargs)
-
-    def save(self):
-        """Keeps a copy of the variables and attributes."""
-        self._values = _values(self.variables)
-        super().save()
-
-    def restore(self):
-        """Brings the variables and attributes back to the last commit."""
-        _assign(self.variables, self._values)
-        super().restore()
-
-    def sync(self):
-        """Gives every rank rank 0's variables and attributes, and keeps them as the last commit."""
-        broadcasts.broadcast_variables(self.variables, root_rank=0)
-        self._values = _values(self.variables)
-        super().sync()
+        super().__init__(variables=variables, **kwargs)
 
 
 class TensorFlowKerasState(ObjectState):
     """A Keras model and optimizer (and attributes) kept in step (Horovod's `TensorFlowKerasState`/`KerasState`).
+
+    A sharded optimizer's slots (`shard_optimizer_state=True`) stay each rank's own in `sync()`:
+    a rank holds only those of the variables it owns.
 
     Args:
         model: a built Keras model.
@@ -173,48 +106,18 @@ class TensorFlowKerasState(ObjectState):
     """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
-        if not model.built:
-            raise ValueError("Model must be built first. Run `model.build(input_shape)`.")
-        self.model = model
-        self.optimizer = optimizer or getattr(model, "optimizer", None)
-        self._save_model()
-        super().__init__(**kwargs)
-
-    def _variables(self):
-        return list(self.model.variables) + _optimizer_variables(self.optimizer)
-
-    def _save_model(self):
-        self._saved_variables = _values(self._variables())
-
-    def save(self):
-        """Keeps a copy of the model's and optimizer's variables and the attributes."""
-        self._save_model()
-        super().save()
-
-    def restore(self):
-        """Brings the variables and attributes back to the last commit."""
-        _assign(self._variables(), self._saved_variables)
-        super().restore()
-
-    def sync(self):
-        """Gives every rank rank 0's variables and attributes, and keeps them as the last commit.
-
-        A sharded optimizer's slots (`shard_optimizer_state=True`) stay each rank's own: a rank
-        holds only those of the variables it owns."""
-        shared = optimizer_state.shared_variables(self.optimizer) if self.optimizer is not None else []
-        broadcasts.broadcast_variables(list(self.model.variables) + shared, root_rank=0)
-        self._save_model()
-        super().sync()
+        super().__init__(model=model, optimizer=optimizer, **kwargs)
 
 
 KerasState = TensorFlowKerasState
 
 
 def run(func):
-    """Runs `func(state, ...)` after `state.sync()` (Horovod's `hvd.elastic.run` decorator).
+    """Runs `func(state, ...)` from the state to go on from (Horovod's `hvd.elastic.run` decorator).
 
-    A tfring job keeps its ranks, so `func` runs once: a failing rank ends the job with the
-    error naming it, as in any tfring job (see the module docstring).
+    At the job's first start every rank gets rank 0's state; when an elastic job's ranks were
+    started again (a lost rank or host, or added hosts), the newest commit, after which the
+    state's reset callbacks run (`tfring.elastic.run`).
 
     Args:
         func: a function whose first argument is a state object.
@@ -229,13 +132,7 @@ def run(func):
     ...     model.fit(dataset, initial_epoch=state.epoch, epochs=10, callbacks=[...])
     >>> train(hvd.elastic.KerasState(model, epoch=0))
     """
-
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        state.sync()
-        return func(state, *args, **kwargs)
-
-    return wrapper
+    return elastic.run(func)
 
 
 class _StateCallback(keras.callbacks.Callback):

@@ -14,9 +14,11 @@ runs, the hosts are read again every few seconds; when they offer more ranks tha
 them again on all of them (a resize, counted apart from failures). Either way the work since the
 ranks' last checkpoint is done again.
 
-The ranks see `TFRING_RESTART` (0 at the first start) and go on from their own checkpoint: a Keras
-script with `BackupAndRestore` resumes at its last backup, and under `RingStrategy`, which keeps the
-global batch whatever the number of ranks, it ends with the weights of the uninterrupted run.
+The ranks see `TFRING_RESTART` (0 at the first start) and `TFRING_ELASTIC_ID` (the same at every
+start) and go on from their own checkpoint or their commits: a Keras script with `BackupAndRestore`
+resumes at its last backup, one with `tfring.elastic` (or `hvd.elastic`) at the newest commit the
+hosts keep; under `RingStrategy`, which keeps the global batch whatever the number of ranks, either
+ends with the weights of the uninterrupted run.
 """
 
 import dataclasses

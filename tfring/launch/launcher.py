@@ -104,12 +104,14 @@ class Job:
         options: an `Options`.
         env: the launcher's environment (default `os.environ`).
         restart: an elastic job's start count, given to the ranks as `TFRING_RESTART` (None: not elastic).
+        elastic_id: an elastic job's name, the same at every start, given as `TFRING_ELASTIC_ID`.
         interrupt: for `supervision.Supervisor`: called while the job runs, a reason to end it or None.
     """
 
-    def __init__(self, command, num_processes, options=None, env=None, restart=None, interrupt=None):
+    def __init__(self, command, num_processes, options=None, env=None, restart=None, interrupt=None, elastic_id=None):
         self.command = list(command)
         self.restart = restart  # an elastic job's start count, or None
+        self.elastic_id = elastic_id
         self.options = options or Options()
         self.slots = hostlist.plan_slots(num_processes, self.options.hosts)
         self.base_env = dict(os.environ if env is None else env)
@@ -139,6 +141,7 @@ class Job:
             env[cluster.TIMEOUT] = str(self.options.timeout)
         if self.restart is not None:
             env[variables.RESTART] = str(self.restart)
+            env[variables.ELASTIC_ID] = self.elastic_id
         env.update(self.options.exports)
         return env
 
@@ -322,8 +325,11 @@ class _signals_to:
 def _run_elastic(command, num_processes, options, elastic_options):
     """`run` for an elastic job: a `Job` per membership, as `elastic.ElasticJob` decides."""
 
+    elastic_id = secrets.token_hex(6)  # (its commits' folder on each host: tfring.elastic.commits)
+
     def start_job(hosts, size, restart, interrupt):
-        job = Job(command, size, dataclasses.replace(options, hosts=hosts), restart=restart, interrupt=interrupt)
+        job = Job(command, size, dataclasses.replace(options, hosts=hosts), restart=restart, interrupt=interrupt,
+                  elastic_id=elastic_id)
         if runner.signalled is not None:  # (a signal between two memberships)
             job.supervisor.signalled = runner.signalled
 

@@ -10,6 +10,8 @@ LOCAL_RANK, LOCAL_SIZE = "TFRING_LOCAL_RANK", "TFRING_LOCAL_SIZE"
 STORE_ADDR, SECRET, JOB_ID = "TFRING_STORE_ADDR", "TFRING_SECRET", "TFRING_JOB_ID"
 # How many times an elastic job (`tfring run --min-np`) has started again: 0 at its first start.
 RESTART = "TFRING_RESTART"
+# The same for every start of one elastic job: names the folder on each host its commits are kept in.
+ELASTIC_ID = "TFRING_ELASTIC_ID"
 # The read end of a pipe only `tfring run` writes to: EOF means the launcher is gone.
 LAUNCHER_FD = "TFRING_LAUNCHER_FD"
 # Settings the launcher sets for ranks (declared in tfring.config; config_test checks the names agree).

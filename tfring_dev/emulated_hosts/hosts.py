@@ -254,13 +254,15 @@ class EmulatedHosts:
         self._check_host(i)
         system.run_command(["ip", "link", "set", self._veths[i], "down"])
 
-    def link_up(self, i, seconds=60.0):
+    def link_up(self, i, seconds=60.0, answer=True):
         """Reconnects host `i` after `link_down(i)`; returns once it answers over ssh (the
         neighbour entries of the cut may say "no route to host" for a few seconds).
 
         Args:
             i: the host's index.
             seconds: how long it may take to answer.
+            answer: False to return at once (a host whose sshd is stopped cannot answer: start it
+                after).
 
         Raises:
             RuntimeError: it did not answer within `seconds`.
@@ -271,6 +273,8 @@ class EmulatedHosts:
         """
         self._check_host(i)
         system.run_command(["ip", "link", "set", self._veths[i], "up"])
+        if not answer:
+            return
         deadline = time.monotonic() + seconds
         while True:
             try:

@@ -21,8 +21,13 @@ rate, warm-up and steps are the job's) while its collectives run over itself alo
 two differ by rounding (a sum of 2 x 128 rows against one of 256), which Adam grows: --floatx
 float64 leaves it out.
 
+--elastic K runs Horovod's elastic Keras example (upstream/examples/elastic) as an elastic job
+(`tfring run --min-np 1 --max-np 2 --host-discovery-script`) whose rank 1 dies with its slot after K
+batches: the job must start again on one rank and go on from the example's last commit.
+
 Usage:
     python tests/peers/horovod/run_examples.py --np 2 [--max-steps K] [--only NAME ...] [--compare-one-process]
+        [--elastic K]
 Exit status 0 when every example exited 0 and its ranks' weights are bit-identical (and, compared,
 within 1e-5 of the one process's).
 """
@@ -43,12 +48,16 @@ sys.path.insert(0, HERE)
 from run_suite import REWRITES, tfring_job  # noqa: E402  (one place for the rewrites and the job)
 
 EXAMPLES = os.path.join(HERE, "upstream", "examples")
+ELASTIC = "tensorflow2_keras_mnist_elastic.py"  # in EXAMPLES/elastic: run by --elastic only
 # What Keras 3 removed from these examples, each with the error it gives, and the least change.
 # (`experimental_run_tf_function=False` in compile, a Keras 2 switch Keras 3 refuses, needs no change:
 # tfring.horovod.tensorflow.keras makes compile drop it with a note.)
 KERAS3 = [
     (re.compile(r"\bopt\.variables\(\)"), "opt.variables",
      "optimizer.variables is a list in Keras 3: \"'list' object is not callable\""),
+    (re.compile(r"tf\.keras\.backend\.set_value\(([\w.]+)\.lr,\s*(.+)\)$", re.M), r"\1.learning_rate.assign(\2)",
+     "Keras 3 optimizers have no `lr` (\"'Adam' object has no attribute 'lr'\"), and set_value fails on Keras 3 "
+     "variables (\"'str' object has no attribute 'name'\")"),
 ]
 # Arguments per example: the synthetic benchmark's own flags pick a model that fits a CPU.
 ARGS = {
@@ -99,6 +108,29 @@ if cap:
     keras.Model.fit = capped_fit
     tf.data.Dataset.take = lambda self, count, name=None: original_take(self, min(int(count), cap), name)
 
+lose = int(os.environ.get("EXAMPLE_LOSE", "0"))  # --elastic: rank 1 and its slot go after this many batches
+if lose:
+    import signal
+    import tfring.elastic
+    batches = [0]
+    class LoseRank1(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            batches[0] += 1
+            if os.environ["TFRING_RESTART"] == "0" and os.environ["TFRING_RANK"] == "1" and batches[0] == lose:
+                with open(os.environ["HOSTS"], "w") as f:
+                    f.write("localhost:1\n")
+                os.kill(os.getpid(), signal.SIGKILL)
+    fit_before = keras.Model.fit
+    def fit_losing(self, *args, **kwargs):
+        kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [LoseRank1()]
+        return fit_before(self, *args, **kwargs)
+    keras.Model.fit = fit_losing
+    reset_before = tfring.elastic.State.on_reset
+    def reset_said(self):
+        print(f"== reset on {tfring.size()} rank(s) at epoch {self.epoch} batch {self.batch}", flush=True)
+        reset_before(self)
+    tfring.elastic.State.on_reset = reset_said
+
 def dump():
     rank = os.environ.get("TFRING_RANK", "0")
     for k, model in enumerate(models):
@@ -125,7 +157,7 @@ def offline_mnist(path):
 def prepare(folder):
     """The examples with their import lines and Keras 3 removals rewritten; returns the changes made."""
     changes = []
-    for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.py"))):
+    for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.py")) + [os.path.join(EXAMPLES, "elastic", ELASTIC)]):
         text = open(path).read()
         for pattern, replacement in REWRITES:
             text, n = pattern.subn(replacement, text)
@@ -164,6 +196,36 @@ def run_one(name, np_, folder, max_steps, timeout, twin="", floatx="float32"):
     return code, log, weights
 
 
+def run_elastic(folder, max_steps, timeout, lose):
+    """Runs ELASTIC as an elastic job on up to 2 ranks of this host, whose rank 1 dies with its slot
+    after `lose` batches; True when it ended well after starting again on one rank, from its commit."""
+    out = os.path.join(folder, "elastic")
+    os.makedirs(out)
+    hosts, discover = os.path.join(out, "hosts"), os.path.join(folder, "discover.sh")
+    with open(hosts, "w") as f:
+        f.write("localhost:2\n")
+    with open(discover, "w") as f:
+        f.write(f"#!/bin/sh\ncat {hosts}\n")
+    os.chmod(discover, 0o700)
+    command = [sys.executable, os.path.join(folder, "example_runner.py"), os.path.join(folder, ELASTIC)]
+    cmd, env = tfring_job(2, command, EXAMPLE_OUT=out, EXAMPLE_MAX_STEPS=str(max_steps or 0), EXAMPLE_LOSE=str(lose),
+                          HOSTS=hosts, OFFLINE_MNIST=os.path.join(folder, "mnist.npz"))
+    cmd[cmd.index("-np"):cmd.index("-np") + 2] = ["--min-np", "1", "--max-np", "2", "--host-discovery-script",
+                                                  discover, "--blacklist-cooldown-range", "0.1", "0.1"]
+    try:
+        done = subprocess.run(cmd, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout)
+        code, log = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as e:
+        code, log = "timeout", (e.stdout or b"").decode(errors="replace")
+    resets = [line.split("== ", 1)[1] for line in log.splitlines() if "== reset on" in line]
+    print(f"== {ELASTIC} (elastic, rank 1 lost after {lose} batches): exit {code}; {'; '.join(resets) or 'no reset'}")
+    print("\n".join(line for line in log.splitlines() if line.startswith("tfring run:")))
+    if code != 0:
+        print("\n".join(log.splitlines()[-20:]))
+    return code == 0 and len(resets) == 1 and resets[0].startswith("reset on 1 rank(s)")
+
+
 TWINNED = "tensorflow2_keras_mnist.py"
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
@@ -193,6 +255,8 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per example")
     parser.add_argument("--compare-one-process", action="store_true",
                         help=f"check {TWINNED}'s job against one process on N x the batch (dropout off)")
+    parser.add_argument("--elastic", type=int, default=0, metavar="K",
+                        help=f"run {ELASTIC} as an elastic job on up to 2 ranks, losing rank 1 after K batches")
     parser.add_argument("--floatx", choices=sorted(TOLERANCE), default="float32",
                         help="Keras' float type in the comparison (float64 leaves out float32's rounding)")
     args = parser.parse_args(argv)
@@ -212,6 +276,8 @@ def main(argv=None):
             print(f"== {name}: exit {code}; {len(weights)} model(s); ranks' weights bit-identical: {identical}")
             print("\n".join(log.splitlines()[-12:]))
             ok = ok and code == 0 and identical
+        if args.elastic:
+            ok = run_elastic(folder, args.max_steps, args.timeout, args.elastic) and ok
         if args.compare_one_process:
             ok = compare_one_process(args.np, folder, args.max_steps, args.timeout, args.floatx) and ok
         return 0 if ok else 1

@@ -1,0 +1,129 @@
+"""`tfring.elastic`: a `fit` with `CommitCallback` and a custom loop with `State.commit()`, started by
+`tfring run --min-np 1 --max-np 2`, lose rank 1 (SIGKILL) and its slot between two commits; the job
+starts again on one rank from the newest commit the hosts keep (mid-epoch: `fit` skips the batches the
+commit holds), runs the reset callbacks, and ends with the weights of the uninterrupted one-process
+run (SGD with momentum and Adam), leaving no commit behind."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfring_dev.testing import QUIET_ENV
+
+pytestmark = pytest.mark.multiprocess
+
+SCRIPT = r'''
+import os, signal, time
+import numpy as np
+import tensorflow as tf
+import keras
+import tfring
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+rank, restart = int(os.environ.get("TFRING_RANK", "0")), int(os.environ.get("TFRING_RESTART", "0"))
+out, kind, mode = os.environ["OUT"], os.environ["OPT"], os.environ["MODE"]
+epochs = int(os.environ.get("EPOCHS", "4"))
+keras.utils.set_random_seed(1)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((240, 8)).astype("float32")
+y = (x[:, :1] - 2 * x[:, 1:2]).astype("float32")
+strategy = tfring.RingStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.05, momentum=0.9) if kind == "sgd" else keras.optimizers.Adam(0.01)
+    model.compile(optimizer=optimizer, loss="mse")
+
+
+def lose_rank_1(at):
+    """At the first start, once `at` is true on rank 1: its slot goes, then it dies (LOSE=self)."""
+    time.sleep(float(os.environ.get("SLOW", "0")))  # (time for a test to act from outside)
+    if os.environ.get("LOSE") == "self" and restart == 0 and rank == 1 and at:
+        with open(os.environ["HOSTS"], "w") as f:
+            f.write("localhost:1\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+state = tfring.elastic.State(model, epoch=0, batch=0, step=0)
+state.register_reset_callbacks([lambda: print(f"reset: {tfring.size()} rank(s) from epoch {state.epoch} "
+                                              f"batch {state.batch} step {state.step}", flush=True)])
+
+
+class LoseRank1(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        lose_rank_1(self.epoch == 2 and batch == 2)  # (commits after batches 2 and 4 of each epoch: 1 and 3)
+
+
+@tfring.elastic.run
+def fit(state):
+    model.fit(x, y, batch_size=48, epochs=epochs, initial_epoch=state.epoch, shuffle=False, verbose=0,
+              callbacks=[tfring.elastic.CommitCallback(state, save_freq=2), LoseRank1()])
+
+
+@tf.function
+def train_step(xb, yb):
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.ops.square(model(xb, training=True) - yb))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+    strategy.run(step, args=(xb, yb))
+
+
+@tfring.elastic.run
+def loop(state):
+    # The input from the state's step, split over the ranks there are now.
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(48).repeat().skip(state.step)
+    batches = iter(strategy.experimental_distribute_dataset(data))
+    while state.step < 5 * epochs:
+        train_step(*next(batches))
+        state.step += 1
+        if state.step % 2 == 0:
+            state.commit()
+        lose_rank_1(state.step == 11)
+
+
+{"fit": fit, "loop": loop}[mode](state)
+tag = f"{mode}-{kind}-{'job' if 'TFRING_RESTART' in os.environ else 'alone'}-r{restart}-{rank}of{strategy.size}"
+np.save(os.path.join(out, f"w-{tag}.npy"), np.concatenate([v.numpy().ravel() for v in model.weights]))
+'''
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TFRING_")}
+    return {**env, **QUIET_ENV, **extra}
+
+
+@pytest.mark.parametrize("mode,kind", [("fit", "sgd"), ("fit", "adam"), ("loop", "sgd")])
+def test_a_state_committed_between_failures_goes_on_to_the_uninterrupted_weights(tmp_path, mode, kind):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                           env=_env(OUT=str(tmp_path), OPT=kind, MODE=mode))
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    hosts, scratch = tmp_path / "hosts", tmp_path / "tmp"
+    hosts.write_text("localhost:2\n")
+    scratch.mkdir()
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    discover.chmod(0o700)
+    job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "1", "--max-np", "2",
+                          "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "0.1", "0.1",
+                          sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                         env=_env(OUT=str(tmp_path), OPT=kind, MODE=mode, HOSTS=str(hosts), LOSE="self",
+                                  TMPDIR=str(scratch)))
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "rank 1 was killed by SIGKILL" in job.stderr, job.stderr[-3000:]
+    # From the newest commit (the hosts keep it: no checkpoint of the user's), after the reset callbacks:
+    resumed = {"fit": "from epoch 2 batch 2 step 0", "loop": "from epoch 0 batch 0 step 10"}[mode]
+    assert f"reset: 1 rank(s) {resumed}" in job.stdout, job.stdout[-3000:]
+    one = np.load(tmp_path / f"w-{mode}-{kind}-alone-r0-0of1.npy")
+    went_on = np.load(tmp_path / f"w-{mode}-{kind}-job-r1-0of1.npy")
+    assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
+    kept = scratch / f"tfring-{os.geteuid()}"
+    assert kept.stat().st_mode & 0o077 == 0 and list(kept.iterdir()) == []  # private, and emptied at the end

@@ -1,0 +1,24 @@
+"""`tfring.elastic`: training that goes on from its last commit when an elastic job's ranks change.
+
+Under `tfring run --min-np A --max-np B`, a failed rank, a lost host or new slots start the job's
+ranks again on the hosts there. A script that keeps its state in a `State`, commits it
+(`CommitCallback` in `fit`, `state.commit()` in a custom loop) and trains inside a function wrapped
+by `run` goes on from the newest commit, which every host keeps, so losing any host, rank 0's
+included, loses at most the work since that commit. With `RingStrategy`, whose global batch does not
+depend on the number of ranks, the job then computes exactly the steps of the uninterrupted run.
+
+Example:
+
+>>> state = tfring.elastic.State(model, epoch=0, batch=0)
+>>> @tfring.elastic.run
+... def train(state):
+...     model.fit(dataset, initial_epoch=state.epoch, epochs=10,
+...               callbacks=[tfring.elastic.CommitCallback(state, save_freq=100)])
+>>> train(state)
+"""
+
+from tfring.elastic.callbacks import CommitCallback
+from tfring.elastic.loop import run
+from tfring.elastic.state import State
+
+__all__ = ["State", "CommitCallback", "run"]

@@ -1,0 +1,238 @@
+"""`tfring.elastic.State`: the training state an elastic job commits, and goes on from after a failure.
+
+A state holds variables (a Keras model's and its optimizer's, or a list) and Python values (an
+epoch, a step...), which become attributes. `commit()` keeps a copy in memory (what `restore()`
+returns to) and, in an elastic job, on every host (`tfring.elastic.commits`). `resume()`, called by
+`tfring.elastic.run` before the training function, gives every rank the newest commit any host
+holds after a restart, or rank 0's state at the first start.
+"""
+
+import contextlib
+
+import numpy as np
+import tensorflow as tf
+
+from tfring import runtime
+from tfring.elastic import commits
+from tfring.ops import collectives, objects
+from tfring.strategy.sharding import optimizer_state
+
+_PARTS = ("variables", "model", "optimizer")
+
+
+def _copies(variables):
+    return [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+
+
+def _assign(variables, values, what):
+    variables = list(variables)
+    if len(variables) != len(values):
+        raise ValueError(f"tfring.elastic: the state has {len(variables)} {what} variables but its commit holds "
+                         f"{len(values)}: the script must build the same model and optimizer at every start")
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+
+
+def _all_variables(optimizer):
+    found = optimizer.variables
+    return list(found() if callable(found) else found)  # (a method on TF1 and Keras 2 optimizers)
+
+
+class State:
+    """Training state that an elastic job commits and goes on from (model, optimizer, variables, values).
+
+    Under `tfring run --min-np A --max-np B` a failed rank or a new host starts the job's ranks
+    again; `tfring.elastic.run` then gives every rank the newest commit and calls the training
+    function again, which goes on from `state`'s values. Outside an elastic job a state only keeps
+    its last commit in memory.
+
+    Args:
+        model: a built Keras model whose variables (and its optimizer's) the state tracks, or None.
+        optimizer: the optimizer (default `model.optimizer`).
+        variables: further `tf.Variable`s to track.
+        **values: Python values (picklable), which become attributes: `state.epoch`, `state.step`.
+
+    Raises:
+        ValueError: the model is not built.
+
+    Example:
+
+    >>> state = tfring.elastic.State(model, epoch=0, step=0)
+    >>> state.register_reset_callbacks([lambda: print("now", tfring.size(), "ranks")])
+    >>> @tfring.elastic.run
+    ... def train(state):
+    ...     for state.step in range(state.step, steps):
+    ...         train_step(state.step)
+    ...         state.commit()
+    >>> train(state)
+    """
+
+    def __init__(self, model=None, optimizer=None, variables=None, **values):
+        if model is not None and not model.built:
+            raise ValueError("Model must be built first. Run `model.build(input_shape)`.")
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        self.variables = list(variables or [])
+        self._saved_state = dict(values)
+        self._reset_callbacks = []
+        self._commits = 0  # this job's commits so far (continued from the one resumed)
+        self._folder = None  # this host's commit folder, once known (local rank 0 of an elastic job)
+        self._save_variables()
+        self._set_attrs()
+
+    # What the state tracks.
+
+    def _parts(self):
+        model = list(self.model.variables) if self.model is not None else []
+        optimizer = _all_variables(self.optimizer) if self.optimizer is not None else []
+        return {"variables": self.variables, "model": model, "optimizer": optimizer}
+
+    def _synced(self):
+        """What every rank holds alike: all but a sharded optimizer's slots (each rank's own)."""
+        shared = optimizer_state.shared_variables(self.optimizer) if self.optimizer is not None else []
+        return self._parts()["variables"] + self._parts()["model"] + shared
+
+    def _save_variables(self):
+        self._saved_variables = {part: _copies(found) for part, found in self._parts().items()}
+
+    def _set_attrs(self):
+        for attr, value in self._saved_state.items():
+            setattr(self, attr, value)
+
+    # Horovod's methods, which tfring.horovod's state objects keep.
+
+    def register_reset_callbacks(self, callbacks):
+        """Adds functions to call after the job's ranks changed (at a restart of an elastic job).
+
+        Args:
+            callbacks: functions without arguments; e.g. one that scales the learning rate by
+                `tfring.size()`, or re-shards the input.
+        """
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        """Runs `reset()`, then the reset callbacks (called by `run` when the ranks changed)."""
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def reset(self):
+        """A hook for subclasses, before the reset callbacks; nothing here."""
+
+    def save(self):
+        """Keeps a copy of the variables and values in memory (what `restore()` returns to)."""
+        self._save_variables()
+        self._saved_state = {attr: getattr(self, attr) for attr in self._saved_state}
+
+    def restore(self):
+        """Brings the variables and values back to the last `save()`/`commit()`."""
+        for part, found in self._parts().items():
+            saved = self._saved_variables[part]
+            if saved or not found:  # (none saved yet: an optimizer built after the last commit)
+                _assign(found, saved, part)
+        self._set_attrs()
+
+    def commit(self):
+        """Saves the state as the point the job goes on from after a failure, and checks the hosts.
+
+        In an elastic job the commit is also written on every host (by its local rank 0), so it
+        survives the ranks being started again. Commit where the values say exactly where training
+        is: after a step, with `state.step` already counting it.
+        """
+        self.save()
+        self._commits += 1
+        self._persist()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Horovod raises `HostsUpdatedInterrupt` here; a tfring job's ranks are started again instead."""
+
+    def sync(self, root_rank=0):
+        """Gives every rank the root's variables and values, and keeps them as the last commit.
+
+        A sharded optimizer's slots (`shard_optimizer_state=True`) stay each rank's own.
+
+        Args:
+            root_rank: the rank whose state wins.
+        """
+        collectives.broadcast_variables(self._synced(), root_rank=root_rank)
+        self._save_variables()
+        if self._saved_state:
+            self._saved_state = self._broadcast_values(self._saved_state, root_rank)
+            self._set_attrs()
+
+    def _broadcast_values(self, values, root_rank):
+        return objects.broadcast_object(values, root_rank=root_rank, serializer="pickle")
+
+    # Commits that outlive the ranks.
+
+    def _commit_folder(self):
+        job = commits.elastic_id()
+        if job is None or runtime.local_rank() != 0:
+            return None
+        if self._folder is None:
+            self._folder = commits.folder(job)
+        return self._folder
+
+    def _persist(self):
+        where = self._commit_folder()
+        if where is None:
+            return
+        if self.optimizer is not None and optimizer_state.sharded(self.optimizer):
+            raise NotImplementedError("tfring.elastic: a state whose optimizer is sharded (shard_optimizer_state=True) "
+                                      "cannot be committed across the restarts of an elastic job yet; commit "
+                                      "with BackupAndRestore, or leave the optimizer's state whole")
+        arrays = {part: [np.asarray(v) for v in found] for part, found in self._saved_variables.items()}
+        commits.write(where, self._commits, arrays, self._saved_state)
+
+    def resume(self):
+        """Gives every rank the state to start from: after a restart of an elastic job the newest
+        commit any host holds (then the reset callbacks run), else rank 0's state.
+
+        Returns:
+            True when a commit was resumed.
+
+        Raises:
+            ValueError: a commit does not match the state (another model), or cannot be read.
+        """
+        restarted = commits.elastic_id() is not None and commits.restart() > 0
+        found = self._read_commit() if restarted else None
+        heard = [-1 if found is None else found["number"], int(bool(found and found["arrays"]["optimizer"]))]
+        numbers = np.asarray(collectives.allgather(tf.constant([heard], tf.int64))) if restarted else np.array([heard])
+        newest = int(numbers[:, 0].max())
+        root = int(np.argmax(numbers[:, 0])) if newest >= 0 else 0
+        if newest >= 0 and numbers[root, 1]:
+            self._build_optimizer()  # (on every rank: the broadcast below carries its slots)
+        if newest >= 0 and runtime.rank() == root:
+            self._load(found)
+        self._commits = max(newest, 0)
+        self.sync(root)
+        if restarted:
+            self.on_reset()
+        return newest >= 0
+
+    def forget(self):
+        """Removes this host's copy of the commits (the job's training has finished); called by `run`."""
+        if self._folder is not None:
+            commits.remove(self._folder)
+            self._folder = None
+
+    def _read_commit(self):
+        where = self._commit_folder()
+        return commits.read(where) if where is not None else None
+
+    def _load(self, found):
+        for part, variables in self._parts().items():
+            _assign(variables, found["arrays"][part], part)
+        self._saved_state = found["values"]
+        self._set_attrs()
+        self.save()
+
+    def _build_optimizer(self):
+        """Builds a Keras optimizer that has not applied a step yet, so its slots can take the commit's."""
+        optimizer = self.optimizer
+        if optimizer is None or getattr(optimizer, "built", True):
+            return
+        strategy = getattr(self.model, "distribute_strategy", None)
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            optimizer.build(self.model.trainable_variables if self.model is not None else self.variables)
