@@ -1,12 +1,14 @@
 """Elastic jobs: the time from a failure to the first step after it, and the work lost, against how
-often the job backs up, in one run.
+often the job backs up or commits, in one run.
 
-    .venv/bin/python benchmarks/elastic_recovery.py [--ranks 2] [--save-freqs 10,50,epoch] [--trials 1]
+    .venv/bin/python benchmarks/elastic_recovery.py [--ranks 2] [--save-freqs 10,50,epoch] [--ways backup,commit]
     sudo .venv/bin/python benchmarks/elastic_recovery.py --hosts 3     # emulated hosts, one rank each
 
 Each trial is one `tfring run --min-np 1 --host-discovery-script ...` job of an MLP (64 -> 1024 ->
-1024 -> 1, 1.1 M parameters, global batch 96, 100 steps an epoch, 3 epochs) with
-`BackupAndRestore(save_freq=F)`. Rank 0 logs the time of every step it ends. When it has ended step
+1024 -> 1, 1.1 M parameters, global batch 96, 100 steps an epoch, 3 epochs) that either backs up
+(`backup`: `BackupAndRestore(save_freq=F)`, into a folder of the benchmark's) or commits
+(`commit`: `tfring.elastic.CommitCallback(state, save_freq=F)` inside `tfring.elastic.run`, which
+every host keeps and a restart resumes mid-epoch). Rank 0 logs the time of every step it ends. When it has ended step
 175 (75 steps into the second epoch), the benchmark SIGKILLs the last rank. On this host (default)
 the discovery script keeps listing every slot (cool-down 0), so the job starts again at its size;
 with `--hosts H` (root, iproute2, openssh-server) every process of the last emulated host is killed,
@@ -64,17 +66,30 @@ def worker(args):
     log = open(os.path.join(args.out, f"steps.{strategy.rank}.{restart}"), "w") if strategy.rank == 0 else None
 
     class Log(keras.callbacks.Callback):
+        last = None
+
         def on_train_batch_end(self, batch, logs=None):
-            if log:
-                log.write(f"{int(self.model.optimizer.iterations)} {time.time()}\n")
+            step = int(self.model.optimizer.iterations)
+            if log and step != self.last:  # (a batch a resumed commit holds is skipped: no step)
+                log.write(f"{step} {time.time()}\n")
                 log.flush()
+                self.last = step
 
     if log:
         log.write(f"# {started} {imported} {built}\n")
     save_freq = "epoch" if args.save_freq == "epoch" else int(args.save_freq)
-    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
-              callbacks=[keras.callbacks.BackupAndRestore(os.path.join(args.out, "backup"), save_freq=save_freq),
-                         Log()])
+    if args.way == "backup":
+        model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
+                  callbacks=[keras.callbacks.BackupAndRestore(os.path.join(args.out, "backup"), save_freq=save_freq),
+                             Log()])
+        return
+
+    @tfring.elastic.run
+    def train(state):
+        model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=EPOCHS, initial_epoch=state.epoch, shuffle=False, verbose=0,
+                  callbacks=[tfring.elastic.CommitCallback(state, save_freq=save_freq), Log()])
+
+    train(tfring.elastic.State(model, epoch=0, batch=0))
 
 
 def _steps(path):
@@ -99,7 +114,7 @@ def _wait_for(predicate, seconds, proc):
     return predicate()
 
 
-def trial(args, save_freq, hosts=None):
+def trial(args, save_freq, way, hosts=None):
     out = tempfile.mkdtemp(prefix="elastic-recovery-")  # private (0700)
     listed = os.path.join(out, "hosts")
     names = hosts.names[:args.hosts] if hosts else ["localhost"]
@@ -113,7 +128,7 @@ def trial(args, save_freq, hosts=None):
         a for k in ("PYTHONPATH",) if k in os.environ for a in ("-x", f"{k}={os.environ[k]}")] if hosts else []
     cmd = [sys.executable, "-m", "tfring", "run", "--min-np", "1", "--host-discovery-script", discover,
            "--blacklist-cooldown-range", "0", "0", "--timeout", str(args.timeout), *where, sys.executable, HERE, "--worker", "--out", out,
-           "--save-freq", str(save_freq)]
+           "--save-freq", str(save_freq), "--way", way]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_quiet_env(),
                             start_new_session=True)
     first = os.path.join(out, "steps.0.0")
@@ -158,12 +173,14 @@ def main():
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--hosts", type=int, default=0, help="emulated hosts of one rank each (0: this host)")
     parser.add_argument("--save-freqs", default="10,50,epoch")
+    parser.add_argument("--ways", default="backup,commit", help="backup (BackupAndRestore), commit (tfring.elastic)")
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="tfring run --timeout: seconds a collective may stall (default 60, tfring's)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--save-freq", help=argparse.SUPPRESS)
+    parser.add_argument("--way", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
@@ -176,20 +193,21 @@ def main():
     try:
         if hosts:
             hosts.__enter__()
-        for freq in args.save_freqs.split(","):
-            rows[freq] = [trial(args, freq, hosts) for _ in range(args.trials)]
+        for way in args.ways.split(","):
+            for freq in args.save_freqs.split(","):
+                rows[way, freq] = [trial(args, freq, way, hosts) for _ in range(args.trials)]
     finally:
         if hosts:
             hosts.__exit__(None, None, None)
     where = f"{args.hosts} emulated hosts, the last one lost" if hosts else f"{args.ranks} ranks on this host, one killed"
     print(f"Elastic recovery ({where}; --timeout {args.timeout:g}; medians of {args.trials} "
           f"trial{'s' if args.trials > 1 else ''}, {time.strftime('%Y-%m-%d')}):\n")
-    print("| save_freq | step ms | kill to new process s | import s | model built s | first step s "
+    print("| way | save_freq | step ms | kill to new process s | import s | model built s | first step s "
           "| failure to next step s | steps done twice | their time s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for freq, results in rows.items():
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (way, freq), results in rows.items():
         m = {k: statistics.median(r[k] for r in results) for k in results[0]}
-        print(f"| {freq} | {m['step_ms']:.1f} | {m['to_new_process']:.2f} | {m['import']:.2f} | {m['build']:.2f} "
+        print(f"| {way} | {freq} | {m['step_ms']:.1f} | {m['to_new_process']:.2f} | {m['import']:.2f} | {m['build']:.2f} "
               f"| {m['first_step']:.2f} | {m['recovery']:.2f} | {m['redone']:.0f} | {m['redone_s']:.2f} |")
     return 0
 

@@ -2,7 +2,8 @@
 `tfring run --min-np 1 --max-np 2`, lose rank 1 (SIGKILL) and its slot between two commits; the job
 starts again on one rank from the newest commit the hosts keep (mid-epoch: `fit` skips the batches the
 commit holds), runs the reset callbacks, and ends with the weights of the uninterrupted one-process
-run (SGD with momentum and Adam), leaving no commit behind."""
+run (SGD with momentum and Adam), leaving no commit behind. Offered a second slot, a job of one rank
+stops at its next commit and goes on on two, to the same weights."""
 
 import os
 import subprocess
@@ -37,13 +38,19 @@ with strategy.scope():
     model.compile(optimizer=optimizer, loss="mse")
 
 
-def lose_rank_1(at):
-    """At the first start, once `at` is true on rank 1: its slot goes, then it dies (LOSE=self)."""
-    time.sleep(float(os.environ.get("SLOW", "0")))  # (time for a test to act from outside)
-    if os.environ.get("LOSE") == "self" and restart == 0 and rank == 1 and at:
+def change_hosts(at):
+    """At the first start, once `at` is true: CHANGE=lose: rank 1's slot goes, then it dies;
+    CHANGE=grow: the host offers a second slot."""
+    time.sleep(float(os.environ.get("SLOW", "0")))  # (time for a test, or the launcher, to act)
+    if restart != 0 or not at:
+        return
+    if os.environ.get("CHANGE") == "lose" and rank == 1:
         with open(os.environ["HOSTS"], "w") as f:
             f.write("localhost:1\n")
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("CHANGE") == "grow":
+        with open(os.environ["HOSTS"], "w") as f:
+            f.write("localhost:2\n")
 
 
 state = tfring.elastic.State(model, epoch=0, batch=0, step=0)
@@ -51,18 +58,18 @@ state.register_reset_callbacks([lambda: print(f"reset: {tfring.size()} rank(s) f
                                               f"batch {state.batch} step {state.step}", flush=True)])
 
 
-class LoseRank1(keras.callbacks.Callback):
+class ChangeHosts(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        lose_rank_1(self.epoch == 2 and batch == 2)  # (commits after batches 2 and 4 of each epoch: 1 and 3)
+        change_hosts(self.epoch == 2 and batch == 2)  # (commits after batches 2 and 4 of each epoch: 1 and 3)
 
 
 @tfring.elastic.run
 def fit(state):
     model.fit(x, y, batch_size=48, epochs=epochs, initial_epoch=state.epoch, shuffle=False, verbose=0,
-              callbacks=[tfring.elastic.CommitCallback(state, save_freq=2), LoseRank1()])
+              callbacks=[tfring.elastic.CommitCallback(state, save_freq=2), ChangeHosts()])
 
 
 @tf.function
@@ -85,7 +92,7 @@ def loop(state):
         state.step += 1
         if state.step % 2 == 0:
             state.commit()
-        lose_rank_1(state.step == 11)
+        change_hosts(state.step == 11)
 
 
 {"fit": fit, "loop": loop}[mode](state)
@@ -115,7 +122,7 @@ def test_a_state_committed_between_failures_goes_on_to_the_uninterrupted_weights
     job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "1", "--max-np", "2",
                           "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "0.1", "0.1",
                           sys.executable, str(script)], capture_output=True, text=True, timeout=600,
-                         env=_env(OUT=str(tmp_path), OPT=kind, MODE=mode, HOSTS=str(hosts), LOSE="self",
+                         env=_env(OUT=str(tmp_path), OPT=kind, MODE=mode, HOSTS=str(hosts), CHANGE="lose",
                                   TMPDIR=str(scratch)))
     assert job.returncode == 0, job.stderr[-3000:]
     assert "rank 1 was killed by SIGKILL" in job.stderr, job.stderr[-3000:]
@@ -127,3 +134,58 @@ def test_a_state_committed_between_failures_goes_on_to_the_uninterrupted_weights
     assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
     kept = scratch / f"tfring-{os.geteuid()}"
     assert kept.stat().st_mode & 0o077 == 0 and list(kept.iterdir()) == []  # private, and emptied at the end
+
+
+
+@pytest.mark.parametrize("mode", ["fit", "loop"])
+def test_new_slots_join_at_the_next_commit_and_the_weights_stay_those_of_one_process(tmp_path, mode):
+    # One rank; mid-epoch the host offers a second slot: the launcher tells the ranks, they stop
+    # together at their next commit (no step is done twice), and the job goes on on two from it.
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = _env(OUT=str(tmp_path), OPT="sgd", MODE=mode, EPOCHS="8")
+    alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:1\n")
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    discover.chmod(0o700)
+    job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "1", "--max-np", "2",
+                          "--host-discovery-script", str(discover), sys.executable, str(script)],
+                         capture_output=True, text=True, timeout=600,
+                         env={**env, "HOSTS": str(hosts), "CHANGE": "grow", "SLOW": "0.3", "TMPDIR": str(tmp_path)})
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert ("the hosts now offer 2 ranks where the job runs 1: starting it again on them, once the ranks stop at "
+            "their next commit") in job.stderr, job.stderr[-3000:]
+    assert "stopping at the next commit (tfring.elastic)" in job.stderr
+    assert "tfring run: the ranks stopped at a commit" in job.stderr, job.stderr[-3000:]
+    assert "the job ended well after 0 failures and 1 resize" in job.stderr
+    assert "reset: 2 rank(s) from" in job.stdout, job.stdout[-3000:]
+    one = np.load(tmp_path / f"w-{mode}-sgd-alone-r0-0of1.npy")
+    for r in range(2):
+        went_on = np.load(tmp_path / f"w-{mode}-sgd-job-r1-{r}of2.npy")
+        assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
+
+
+SHARDED = r'''
+import keras, numpy as np, tensorflow as tf, tfring
+tf.config.threading.set_intra_op_parallelism_threads(1)
+with tfring.RingStrategy(shard_optimizer_state=True).scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+state = tfring.elastic.State(model, epoch=0, batch=0)
+tfring.elastic.run(lambda state: model.fit(np.ones((8, 4)), np.ones((8, 1)), batch_size=4, verbose=0,
+                                           callbacks=[tfring.elastic.CommitCallback(state)]))(state)
+'''
+
+
+def test_a_sharded_optimizer_is_refused_at_its_first_commit_in_an_elastic_job(tmp_path):
+    script = tmp_path / "sharded.py"
+    script.write_text(SHARDED)
+    job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "2", "--max-np", "2", "--max-restarts",
+                          "0", sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env=_env(TMPDIR=str(tmp_path)))
+    assert job.returncode != 0
+    assert "NotImplementedError: tfring.elastic: a state whose optimizer is sharded" in job.stderr, job.stderr[-3000:]
+    assert "--max-restarts 0 allows no more" in job.stderr, job.stderr[-3000:]

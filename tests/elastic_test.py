@@ -88,7 +88,7 @@ def test_a_fit_whose_hosts_change_mid_epoch_goes_on_to_the_uninterrupted_weights
                          env=_env(OUT=str(tmp_path), OPT=kind, HOSTS=str(hosts), CHANGE=change))
     assert job.returncode == 0, job.stderr[-3000:]
     said = {"shrink": "rank 1 was killed by SIGKILL; host localhost kept out for 0.1 s; starting the job again",
-            "grow": "the hosts now offer 2 ranks where the job runs 1: starting it again on them"}[change]
+            "grow": "the hosts now offer 2 ranks where the job runs 1: starting it again on them, once the ranks stop"}[change]
     assert said in job.stderr, job.stderr[-3000:]
     assert not (tmp_path / f"w-{kind}-job-r0-0of{before}.npy").exists()  # the first membership did not finish
     one = np.load(tmp_path / f"w-{kind}-alone-r0-0of1.npy")

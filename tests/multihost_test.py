@@ -449,7 +449,7 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
     # between two commits one host loses every process, its link and its sshd, and leaves the host
     # list. The job goes on on two ranks from the newest commit the other hosts keep (no checkpoint
     # of the user's: rank 0's host, lost, held the launcher's store and a copy). The host comes back
-    # and is listed again: the job grows to three ranks, from its commit, and ends with the weights of
+    # and is listed again: the ranks stop at their next commit and the job grows to three, and ends with the weights of
     # the uninterrupted one-process run, leaving no commit on any host and no process behind.
     from elastic_state_test import SCRIPT
 
@@ -499,6 +499,7 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
     said = log.read_text()
     assert proc.returncode == 0, said[-3000:]
     assert "the job ended well after 1 failure and 1 resize" in said, said[-3000:]
+    assert "tfring run: the ranks stopped at a commit" in said, said[-3000:]  # (grown at a commit: nothing redone)
     resets = [line.split("reset: ")[1] for line in printed.read_text().splitlines() if "reset: " in line]
     # each membership went on from a commit, not from the start: "2 rank(s) from epoch E batch B step 0"
     assert [r.split()[0] for r in resets] == ["2"] * 2 + ["3"] * 3 and all(

@@ -12,6 +12,7 @@ import sys
 import threading
 
 from tfring.launch import cluster as _cluster
+from tfring.launch import variables as _variables
 from tfring.launch.engines import address_exchange as _address_exchange
 from tfring.config import Config
 from tfring.native import library as _library
@@ -20,6 +21,8 @@ from tfring.native import library as _library
 _ERRORS = {"INVALID_ARGUMENT": ValueError, "UNAVAILABLE": ConnectionError, "DEADLINE_EXCEEDED": TimeoutError,
            "FAILED_PRECONDITION": RuntimeError, "INTERNAL": RuntimeError}
 _atexit_registered = []
+_grow_notice = threading.Event()  # set when the launcher says the elastic job may grow
+_commits = threading.Event()  # set once this rank commits (tfring.elastic): it answers a grow notice
 
 
 def _c():
@@ -78,8 +81,11 @@ def _exit_with_launcher(rank):
 
     def watch():
         try:
-            while os.read(fd, 64):
-                pass
+            while data := os.read(fd, 64):
+                if _variables.GROW_NOTICE in data:
+                    _grow_notice.set()
+                    if _commits.is_set():
+                        _acknowledge(rank)
         except OSError:
             return
         try:  # the launcher relayed our output: nobody may be reading it any more
@@ -89,6 +95,34 @@ def _exit_with_launcher(rank):
             os._exit(1)
 
     threading.Thread(target=watch, name="tfring-launcher-watch", daemon=True).start()
+
+
+def _acknowledge(rank):
+    """Tells the launcher (on stderr, which it reads) that this rank stops at its next commit."""
+    sys.stderr.write(f"tfring: rank {rank}: the job may grow: {_variables.GROW_ACK.decode()}\n")
+    sys.stderr.flush()
+
+
+def expect_commits():
+    """Says that this rank commits its state (`tfring.elastic.State` in an elastic job): told that
+    the job may grow, it answers the launcher that it stops at its next commit, and the launcher
+    waits for that commit instead of ending the ranks at once."""
+    if not _commits.is_set():
+        _commits.set()
+        if _grow_notice.is_set():
+            _acknowledge(rank())
+
+
+def hosts_updated():
+    """Whether `tfring run` has told this elastic job that it may grow (more slots are offered).
+
+    The ranks then stop together at their next commit (`tfring.elastic.State.commit`), and the
+    launcher starts the job again on every slot.
+
+    Returns:
+        bool; False outside an elastic job.
+    """
+    return _grow_notice.is_set()
 
 
 def shutdown():

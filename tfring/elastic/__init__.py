@@ -4,7 +4,8 @@ Under `tfring run --min-np A --max-np B`, a failed rank, a lost host or new slot
 ranks again on the hosts there. A script that keeps its state in a `State`, commits it
 (`CommitCallback` in `fit`, `state.commit()` in a custom loop) and trains inside a function wrapped
 by `run` goes on from the newest commit, which every host keeps, so losing any host, rank 0's
-included, loses at most the work since that commit. With `RingStrategy`, whose global batch does not
+included, loses at most the work since that commit; new slots join at the next commit, losing
+nothing. With `RingStrategy`, whose global batch does not
 depend on the number of ranks, the job then computes exactly the steps of the uninterrupted run.
 
 Example:
@@ -19,6 +20,7 @@ Example:
 
 from tfring.elastic.callbacks import CommitCallback
 from tfring.elastic.loop import run
+from tfring.elastic.state import HostsUpdatedInterrupt
 from tfring.elastic.state import State
 
-__all__ = ["State", "CommitCallback", "run"]
+__all__ = ["State", "CommitCallback", "run", "HostsUpdatedInterrupt"]

@@ -17,7 +17,21 @@ from tfring.elastic import commits
 from tfring.ops import collectives, objects
 from tfring.strategy.sharding import optimizer_state
 
-_PARTS = ("variables", "model", "optimizer")
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised by `State.commit()` on every rank of an elastic job that may grow (the launcher found
+    more slots); `tfring.elastic.run` ends the ranks with it, and the launcher starts them again on
+    every slot, from that commit.
+
+    Args:
+        skip_sync: Horovod's flag: whether the next `sync()` may be skipped (unused here: the ranks
+            start again and resume).
+    """
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the hosts changed: the job starts again on them from this commit")
+        self.skip_sync = skip_sync
 
 
 def _copies(variables):
@@ -77,6 +91,8 @@ class State:
         self._reset_callbacks = []
         self._commits = 0  # this job's commits so far (continued from the one resumed)
         self._folder = None  # this host's commit folder, once known (local rank 0 of an elastic job)
+        if commits.elastic_id() is not None:
+            runtime.expect_commits()  # (the launcher then lets new slots join at the next commit)
         self._save_variables()
         self._set_attrs()
 
@@ -89,8 +105,9 @@ class State:
 
     def _synced(self):
         """What every rank holds alike: all but a sharded optimizer's slots (each rank's own)."""
+        parts = self._parts()
         shared = optimizer_state.shared_variables(self.optimizer) if self.optimizer is not None else []
-        return self._parts()["variables"] + self._parts()["model"] + shared
+        return parts["variables"] + parts["model"] + shared
 
     def _save_variables(self):
         self._saved_variables = {part: _copies(found) for part, found in self._parts().items()}
@@ -138,6 +155,9 @@ class State:
         In an elastic job the commit is also written on every host (by its local rank 0), so it
         survives the ranks being started again. Commit where the values say exactly where training
         is: after a step, with `state.step` already counting it.
+
+        Raises:
+            HostsUpdatedInterrupt: the job may grow; `run` lets the ranks start again from here.
         """
         self.save()
         self._commits += 1
@@ -145,7 +165,15 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Horovod raises `HostsUpdatedInterrupt` here; a tfring job's ranks are started again instead."""
+        """Raises `HostsUpdatedInterrupt` on every rank when the launcher said an elastic job may grow.
+
+        The ranks agree (one small allreduce in an elastic job), so that all stop at the same commit.
+        """
+        if commits.elastic_id() is None:
+            return
+        told = collectives.allreduce(tf.constant([int(runtime.hosts_updated())], tf.int32), op="max")
+        if int(np.asarray(told).ravel()[0]):
+            raise HostsUpdatedInterrupt()
 
     def sync(self, root_rank=0):
         """Gives every rank the root's variables and values, and keeps them as the last commit.

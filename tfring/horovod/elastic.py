@@ -8,9 +8,9 @@ Under `tfring run --min-np A --max-np B`, a failed rank, a lost host or new slot
 ranks again on the hosts there (tfring's elastic jobs restart every rank, as torchrun's do), and
 `run(func)` calls `func` again from the newest commit, which every host keeps, after running the
 state's reset callbacks: Horovod's rollback to the last commit on a lost worker, and its reset on
-added hosts. The ranks that are started again do not raise `HostsUpdatedInterrupt` or
-`HorovodInternalError`: they start anew and resume. Scripts written for Horovod's elastic mode run
-with the import line changed.
+added hosts, which `commit()` signals with `HostsUpdatedInterrupt` on every rank at once. A failed
+collective does not raise `HorovodInternalError`: the ranks start anew and resume. Scripts written
+for Horovod's elastic mode run with the import line changed.
 """
 
 import keras
@@ -25,16 +25,7 @@ class HorovodInternalError(RuntimeError):
     """Horovod's error for a failed collective, for scripts that catch it (tfring raises its own errors)."""
 
 
-class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's interrupt for hosts added or removed; tfring starts the ranks again instead of raising it.
-
-    Args:
-        skip_sync: Horovod's flag: whether the next `sync()` may be skipped.
-    """
-
-    def __init__(self, skip_sync=False):
-        super().__init__()
-        self.skip_sync = skip_sync
+HostsUpdatedInterrupt = elastic.HostsUpdatedInterrupt  # (raised by commit() when the job may grow)
 
 
 class ObjectState(elastic.State):

@@ -10,9 +10,10 @@ store, so nothing of an earlier one is taken for the new one. Below `--min-np` s
 `--elastic-timeout` seconds for hosts, then fails saying how many slots there are and since when.
 After `--max-restarts` restarts the next failure ends the job, naming every failure. While the job
 runs, the hosts are read again every few seconds; when they offer more ranks than it runs (up to
-`--max-np`: new hosts, or a host back from its cool-down), the launcher ends the ranks and starts
-them again on all of them (a resize, counted apart from failures). Either way the work since the
-ranks' last checkpoint is done again.
+`--max-np`: new hosts, or a host back from its cool-down), the launcher tells the ranks; ranks that
+commit (`tfring.elastic`) stop together at their next commit, others are ended, and the job starts
+again on all of them (a resize, counted apart from failures; `supervision` holds the rule). After a
+failure the work since the ranks' last commit or checkpoint is done again.
 
 The ranks see `TFRING_RESTART` (0 at the first start) and `TFRING_ELASTIC_ID` (the same at every
 start) and go on from their own checkpoint or their commits: a Keras script with `BackupAndRestore`
@@ -284,7 +285,7 @@ class ElasticJob:
             except ValueError:
                 return None  # a discovery script that fails once: the job goes on as it is
             if bigger > size:
-                return f"the hosts now offer {bigger} ranks where the job runs {size}: starting it again on them"
+                return f"the hosts now offer {bigger} ranks where the job runs {size}"
             return None
 
         return interrupt

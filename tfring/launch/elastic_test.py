@@ -217,6 +217,7 @@ def test_a_job_grows_when_the_hosts_offer_more_slots(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "[0] rank 0 of 1, restart 0" in proc.stdout
     assert "[1] rank 1 of 2, restart 1" in proc.stdout
-    assert "the hosts now offer 2 ranks where the job runs 1: starting it again on them" in proc.stderr
+    assert "the hosts now offer 2 ranks where the job runs 1: starting it again on them, once the ranks stop" in proc.stderr
+    assert "ending the ranks: they do not commit (tfring.elastic)" in proc.stderr  # (3 s to say they do)
     assert "the job ended well after 0 failures and 1 resize" in proc.stderr
     assert seconds < 30  # not the 60 s the first membership would sleep

@@ -345,7 +345,7 @@ def _run_elastic(command, num_processes, options, elastic_options):
                     raise
                 return elastic.Ending(e.exit_code, e.host, str(e).removeprefix("tfring run: "))  # not reached
             code = job.supervisor.wait()
-        if job.supervisor.interrupted is not None:
+        if job.supervisor.grown:
             return elastic.Ending(code, grown=True)
         if code == 0 or job.supervisor.cause is None or runner.signalled is not None:
             return elastic.Ending(code)

@@ -13,6 +13,7 @@ import subprocess
 import time
 
 from tfring.launch import cluster
+from tfring.launch import variables
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -196,6 +197,14 @@ class LocalRank:
             os.close(self._lifeline)
             self._lifeline = None
         return None if code is None else exit_code(code)
+
+    def notify(self):
+        """Tells the rank the job may grow (`variables.GROW_NOTICE` on its launcher pipe)."""
+        if self._lifeline is not None:
+            try:
+                os.write(self._lifeline, variables.GROW_NOTICE)
+            except OSError:  # it has ended
+                pass
 
     def leftovers(self):
         """What the rank left running in its process group after it ended ([] while it runs).

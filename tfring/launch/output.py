@@ -15,6 +15,7 @@ import sys
 import threading
 
 from tfring import file_safety
+from tfring.launch import variables
 
 # "path.py:12: UserWarning: text", the first line of a Python warning (its source line follows).
 _WARNING_LINE = re.compile(rb"^\S.*:\d+: \w*Warning: ")
@@ -144,6 +145,7 @@ class JobOutput:
         self._tails = {}  # rank -> its last stderr lines (bytes)
         self._hiding_stderr = False
         self.hidden_lines = 0  # stderr lines not shown since `hide_stderr`
+        self.acknowledged = set()  # ranks that said they stop at their next commit (variables.GROW_ACK)
         self._lock = threading.Lock()
         # One line at a time into the launcher's stdout and stderr: a pipe takes a long line in
         # pieces, and another rank's thread wrote in between them (lines of ~100 KB came out torn).
@@ -179,6 +181,8 @@ class JobOutput:
                 log.write(line)
             if tail is not None:
                 tail.append(line)
+                if variables.GROW_ACK in line:
+                    self.acknowledged.add(rank)
             if show and not (tail is not None and self._hidden()) and keep(line):
                 # A rank's last line without its end (a progress bar when the rank stopped) ends
                 # here, so that what the launcher says next starts a line of its own.

@@ -10,7 +10,8 @@ The conversation runs over the ssh channel, so nothing secret is ever on a comma
    port for the rendezvous store;
 3. the launcher writes the rank's environment (the job secret among it) and command;
 4. the rank starts with this process's stdout and stderr (the ssh channel); each later line
-   "signal N" is passed to the rank's process group; EOF (the launcher stopped, or its connection
+   "signal N" is passed to the rank's process group, "notify" to the rank's launcher pipe
+   (`LocalRank.notify`: the job may grow); EOF (the launcher stopped, or its connection
    died) kills the rank at once. This process exits with the rank's exit code.
 """
 
@@ -73,7 +74,7 @@ def answer(request):
 
 
 def _obey(rank, told):
-    """Step 4: pass "signal N" lines on to the rank; kill it when the launcher's channel closes.
+    """Step 4: pass "signal N" and "notify" lines on to the rank; kill it when the launcher's channel closes.
 
     `told` is set once the launcher has signalled or stopped the rank.
     """
@@ -82,6 +83,8 @@ def _obey(rank, told):
         if len(words) == 2 and words[0] == "signal" and words[1].isdigit():
             told.set()
             rank.signal(int(words[1]))
+        elif words == ["notify"]:
+            rank.notify()
     told.set()
     rank.kill()
 

@@ -172,6 +172,11 @@ class RemoteRank:
         if self.proc.poll() is None:
             self._write(f"signal {int(signum)}\n")
 
+    def notify(self):
+        """Asks the far end to tell the rank the job may grow (`LocalRank.notify` there)."""
+        if self.proc.poll() is None:
+            self._write("notify\n")
+
     def kill(self):
         """Closes the channel: the far end kills the rank and exits, and ssh with it."""
         with self._lock:

@@ -10,6 +10,10 @@ ends, what a rank on this host left running in its process group is ended with i
 SIGKILL after the grace); after a job that succeeded the launcher names those processes, one line
 per rank, and still exits 0. After Ctrl-C the launcher says so once, and hides what the ranks
 write to stderr from then on (their KeyboardInterrupt tracebacks) unless `--all-output`.
+When an elastic job may grow (`interrupt`), the ranks are told (`notify`); ranks that commit
+(`tfring.elastic`) say so on stderr (`GROW_ACK`) and stop together at their next commit (exit code
+`LEFT_AT_COMMIT`). Ranks that have not said so within `GROW_ACK_SECONDS`, or not stopped within
+`GROW_COMMIT_SECONDS`, are ended.
 """
 
 import math
@@ -22,6 +26,7 @@ import time
 from tfring.launch import first_failure
 from tfring.launch import local_rank
 from tfring.launch import remote_rank
+from tfring.launch import variables
 
 KILL_GRACE_SECONDS = 4.0
 POLL_SECONDS = 0.05
@@ -30,6 +35,11 @@ POLL_SECONDS = 0.05
 CAUSE_GRACE_SECONDS = 3.0
 # How long the launcher waits for a rank's last stderr lines once it has exited.
 STDERR_EOF_SECONDS = 1.0
+# Ranks told that their elastic job may grow have GROW_ACK_SECONDS to say that they commit
+# (tfring.elastic; a script that does not, with BackupAndRestore, is ended then), and then
+# GROW_COMMIT_SECONDS to stop together at their next commit before the launcher ends them.
+GROW_ACK_SECONDS = 3.0
+GROW_COMMIT_SECONDS = 600.0
 
 
 class Supervisor:
@@ -54,6 +64,8 @@ class Supervisor:
         self.output = output
         self.interrupt = interrupt  # called at each poll: a reason to end a running job, or None
         self.interrupted = None  # the reason the job was ended by `interrupt`
+        self.grown = False  # whether the job ended for `interrupted`'s reason (not by itself, nor by a failure)
+        self._notified_at = None  # when the ranks were told that the job may grow
         self.exits = {}  # rank -> (exit code, time.monotonic() when the exit was first seen)
         self.signalled = None  # SIGINT/SIGTERM received by the launcher (the handler only records it)
         self._threads = []
@@ -141,9 +153,13 @@ class Supervisor:
             self._consequences[r] = first_failure.reads_as_consequence(self._stderr_tail(r))
         return self._consequences[r]
 
+    def _failed(self, code):
+        """Whether an exit code is a failure: not 0, nor a rank stopping at a commit when told to."""
+        return code != 0 and not (self.interrupted is not None and code == variables.LEFT_AT_COMMIT)
+
     def _failure_is_clear(self):
         """Whether a rank failed by itself, or a lost-peer failure has waited long enough for one."""
-        failed = {r: seen for r, (code, seen) in self.exits.items() if code != 0}
+        failed = {r: seen for r, (code, seen) in self.exits.items() if self._failed(code)}
         if not failed:
             return False
         return (any(not self._reads_as_consequence(r) for r in failed) or
@@ -155,21 +171,46 @@ class Supervisor:
 
     def _outcome(self):
         """Polls every rank until all have ended, the launcher got a signal, a failure is clear, or
-        `interrupt` gives a reason to end the job."""
+        the ranks told that the job may grow (`interrupt` gave a reason) have not stopped at a
+        commit in time (`_notice_seconds`)."""
         while not self._poll_all() and self.signalled is None and not self._failure_is_clear():
-            if self.interrupt is not None and (reason := self.interrupt()):
-                self.interrupted = reason
+            if self.interrupted is None and self.interrupt is not None and (reason := self.interrupt()):
+                self._notify(reason)
+            elif self._notified_at is not None and time.monotonic() > self._notified_at + self._notice_seconds():
                 return
             time.sleep(POLL_SECONDS)
 
+    def _notice_seconds(self):
+        """How long ranks told that the job may grow are given to stop: long once one has said that
+        it commits, else only the time to say so."""
+        return GROW_COMMIT_SECONDS if self.output.acknowledged else GROW_ACK_SECONDS
+
+    def _all_ended_well(self):
+        """Whether every rank has exited 0 by itself (a job told it may grow may finish first)."""
+        return len(self.exits) == len(self.ranks) and all(code == 0 for code, _ in self.exits.values())
+
+    def _notify(self, reason):
+        """Tells every rank the job may grow, so that they stop together at their next commit."""
+        self.interrupted = reason
+        self._notified_at = time.monotonic()
+        self._say(f"{reason}: starting it again on them, once the ranks stop at their next commit")
+        for rank in list(self.ranks.values()):
+            rank.notify()
+
     def _stop_on_interrupt(self):
-        """Ends every rank for `interrupted`'s reason, saying so; returns 0 when they all exit 0."""
-        self._say(f"ending the ranks: {self.interrupted}")
-        self.output.hide_stderr()  # (their tracebacks of SIGTERM)
-        self.terminate()
+        """Ends the job for `interrupted`'s reason: the ranks stopped at a commit, or are ended now;
+        returns 0 when they all stopped (0 or `LEFT_AT_COMMIT`)."""
+        if len(self.exits) == len(self.ranks):
+            self._say("the ranks stopped at a commit")
+        else:
+            self._say("ending the ranks: " + (f"they did not stop at a commit within {GROW_COMMIT_SECONDS:g} s"
+                                              if self.output.acknowledged else "they do not commit (tfring.elastic)"))
+            self.output.hide_stderr()  # (their tracebacks of SIGTERM)
+            self.terminate()
         self._end_leftovers(report=False)
         self._join_output()
-        return 0 if all(code == 0 for code, _ in self.exits.values()) else 128 + signal.SIGTERM
+        stopped = all(code in (0, variables.LEFT_AT_COMMIT) for code, _ in self.exits.values())
+        return 0 if stopped else 128 + signal.SIGTERM
 
     def _end_leftovers(self, report):
         """Ends what ranks on this host left running in their process groups after they exited
@@ -260,15 +301,17 @@ class Supervisor:
 
         Returns:
             The launcher's exit code: 0 when every rank exited 0, else the code of the rank that
-            failed first; after the launcher's signal N, 128+N (0 if every rank then exited 0).
+            failed first; after the launcher's signal N, 128+N (0 if every rank then exited 0);
+            when `interrupt` ended the job (`grown`), 0 if every rank stopped at a commit.
         """
         self._outcome()
         if self.signalled is not None:
             code = self._stop_on_signal()
-        elif self.interrupted is not None:
-            code = self._stop_on_interrupt()
-        elif any(code != 0 for code, _ in self.exits.values()):
+        elif any(self._failed(code) for code, _ in self.exits.values()):
             code = self._stop_on_failure()
+        elif self.interrupted is not None and not self._all_ended_well():
+            self.grown = True
+            code = self._stop_on_interrupt()
         else:
             code = 0
             self._end_leftovers(report=True)

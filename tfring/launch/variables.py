@@ -12,6 +12,12 @@ STORE_ADDR, SECRET, JOB_ID = "TFRING_STORE_ADDR", "TFRING_SECRET", "TFRING_JOB_I
 RESTART = "TFRING_RESTART"
 # The same for every start of one elastic job: names the folder on each host its commits are kept in.
 ELASTIC_ID = "TFRING_ELASTIC_ID"
+# What the launcher writes on a rank's TFRING_LAUNCHER_FD pipe when an elastic job may grow. A rank
+# that commits (tfring.elastic) says so on stderr in a line holding GROW_ACK, and the ranks stop
+# together at their next commit, exiting with LEFT_AT_COMMIT.
+GROW_NOTICE = b"G"
+GROW_ACK = b"stopping at the next commit (tfring.elastic)"
+LEFT_AT_COMMIT = 75
 # The read end of a pipe only `tfring run` writes to: EOF means the launcher is gone.
 LAUNCHER_FD = "TFRING_LAUNCHER_FD"
 # Settings the launcher sets for ranks (declared in tfring.config; config_test checks the names agree).
