@@ -12,7 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from tfring_dev.testing import QUIET_ENV
+from elastic_test import alone_first
+from elastic_test import discovery
+from elastic_test import env_of
 
 pytestmark = pytest.mark.multiprocess
 
@@ -101,28 +103,16 @@ np.save(os.path.join(out, f"w-{tag}.npy"), np.concatenate([v.numpy().ravel() for
 '''
 
 
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TFRING_")}
-    return {**env, **QUIET_ENV, **extra}
-
-
 @pytest.mark.parametrize("mode,kind", [("fit", "sgd"), ("fit", "adam"), ("loop", "sgd")])
 def test_a_state_committed_between_failures_goes_on_to_the_uninterrupted_weights(tmp_path, mode, kind):
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                           env=_env(OUT=str(tmp_path), OPT=kind, MODE=mode))
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    hosts, scratch = tmp_path / "hosts", tmp_path / "tmp"
-    hosts.write_text("localhost:2\n")
+    script = alone_first(tmp_path, SCRIPT, env_of(OUT=str(tmp_path), OPT=kind, MODE=mode))
+    hosts, discover = discovery(tmp_path, 2)
+    scratch = tmp_path / "tmp"
     scratch.mkdir()
-    discover = tmp_path / "discover.sh"
-    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    discover.chmod(0o700)
     job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "1", "--max-np", "2",
                           "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "0.1", "0.1",
                           sys.executable, str(script)], capture_output=True, text=True, timeout=600,
-                         env=_env(OUT=str(tmp_path), OPT=kind, MODE=mode, HOSTS=str(hosts), CHANGE="lose",
+                         env=env_of(OUT=str(tmp_path), OPT=kind, MODE=mode, HOSTS=str(hosts), CHANGE="lose",
                                   TMPDIR=str(scratch)))
     assert job.returncode == 0, job.stderr[-3000:]
     assert "rank 1 was killed by SIGKILL" in job.stderr, job.stderr[-3000:]
@@ -141,16 +131,9 @@ def test_a_state_committed_between_failures_goes_on_to_the_uninterrupted_weights
 def test_new_slots_join_at_the_next_commit_and_the_weights_stay_those_of_one_process(tmp_path, mode):
     # One rank; mid-epoch the host offers a second slot: the launcher tells the ranks, they stop
     # together at their next commit (no step is done twice), and the job goes on on two from it.
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    env = _env(OUT=str(tmp_path), OPT="sgd", MODE=mode, EPOCHS="8")
-    alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    hosts = tmp_path / "hosts"
-    hosts.write_text("localhost:1\n")
-    discover = tmp_path / "discover.sh"
-    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    discover.chmod(0o700)
+    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE=mode, EPOCHS="8")
+    script = alone_first(tmp_path, SCRIPT, env)
+    hosts, discover = discovery(tmp_path, 1)
     job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "1", "--max-np", "2",
                           "--host-discovery-script", str(discover), sys.executable, str(script)],
                          capture_output=True, text=True, timeout=600,
@@ -185,7 +168,7 @@ def test_a_sharded_optimizer_is_refused_at_its_first_commit_in_an_elastic_job(tm
     script.write_text(SHARDED)
     job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "2", "--max-np", "2", "--max-restarts",
                           "0", sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                         env=_env(TMPDIR=str(tmp_path)))
+                         env=env_of(TMPDIR=str(tmp_path)))
     assert job.returncode != 0
     assert "NotImplementedError: tfring.elastic: a state whose optimizer is sharded" in job.stderr, job.stderr[-3000:]
     assert "--max-restarts 0 allows no more" in job.stderr, job.stderr[-3000:]

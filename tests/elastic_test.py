@@ -64,28 +64,39 @@ np.save(os.path.join(out, f"w-{tag}.npy"), np.concatenate([v.numpy().ravel() for
 '''
 
 
-def _env(**extra):
+def env_of(**extra):
+    """The environment of a test's processes: no variable of an enclosing job, quiet, `extra` added."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TFRING_")}
     return {**env, **QUIET_ENV, **extra}
 
 
-@pytest.mark.parametrize("change,kind", [("shrink", "sgd"), ("shrink", "adam"), ("grow", "sgd")])
-def test_a_fit_whose_hosts_change_mid_epoch_goes_on_to_the_uninterrupted_weights(tmp_path, change, kind):
-    script = tmp_path / "fit.py"
-    script.write_text(FIT)
-    alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                           env=_env(OUT=str(tmp_path), OPT=kind))
+def alone_first(tmp_path, source, env):
+    """Writes the script `source` and runs it as one process (the uninterrupted run); returns its path."""
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert alone.returncode == 0, alone.stderr[-3000:]
-    hosts = tmp_path / "hosts"
-    before, after = (2, 1) if change == "shrink" else (1, 2)
-    hosts.write_text(f"localhost:{before}\n")
-    discover = tmp_path / "discover.sh"
+    return script
+
+
+def discovery(tmp_path, slots):
+    """A host list of this host with `slots` slots, and the discovery script that prints it."""
+    hosts, discover = tmp_path / "hosts", tmp_path / "discover.sh"
+    hosts.write_text(f"localhost:{slots}\n")
     discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
     discover.chmod(0o700)
+    return hosts, discover
+
+
+@pytest.mark.parametrize("change,kind", [("shrink", "sgd"), ("shrink", "adam"), ("grow", "sgd")])
+def test_a_fit_whose_hosts_change_mid_epoch_goes_on_to_the_uninterrupted_weights(tmp_path, change, kind):
+    script = alone_first(tmp_path, FIT, env_of(OUT=str(tmp_path), OPT=kind))
+    before, after = (2, 1) if change == "shrink" else (1, 2)
+    hosts, discover = discovery(tmp_path, before)
     job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "1", "--max-np", "2",
                           "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "0.1", "0.1",
                           sys.executable, str(script)], capture_output=True, text=True, timeout=600,
-                         env=_env(OUT=str(tmp_path), OPT=kind, HOSTS=str(hosts), CHANGE=change))
+                         env=env_of(OUT=str(tmp_path), OPT=kind, HOSTS=str(hosts), CHANGE=change))
     assert job.returncode == 0, job.stderr[-3000:]
     said = {"shrink": "rank 1 was killed by SIGKILL; host localhost kept out for 0.1 s; starting the job again",
             "grow": "the hosts now offer 2 ranks where the job runs 1: starting it again on them, once the ranks stop"}[change]
