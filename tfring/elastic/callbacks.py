@@ -21,7 +21,7 @@ class CommitCallback(keras.callbacks.Callback):
 
     Raises:
         ValueError: `state` lacks `epoch` or `batch`, or `save_freq` is neither `"epoch"` nor a
-            positive number.
+            positive number; in `fit`, a number of batches with `steps_per_execution` above 1.
 
     Example:
 
@@ -46,15 +46,16 @@ class CommitCallback(keras.callbacks.Callback):
         self._to_skip = 0
 
     def on_train_begin(self, logs=None):
+        if self.save_freq != "epoch" and getattr(self.model, "steps_per_execution", 1) != 1:
+            raise ValueError("tfring.elastic.CommitCallback commits mid-epoch (save_freq a number of batches) with "
+                             f"steps_per_execution=1 only; this model runs {self.model.steps_per_execution} steps "
+                             "per call: commit every epoch, or compile with steps_per_execution=1")
         self._to_skip = self.state.batch
         if self._to_skip:
             self._skip_committed_batches()
 
     def _skip_committed_batches(self):
         """Makes the model's next `state.batch` training steps only draw their batch."""
-        if getattr(self.model, "steps_per_execution", 1) != 1:
-            raise ValueError("tfring.elastic.CommitCallback resumes mid-epoch with steps_per_execution=1 only; "
-                             f"this model runs {self.model.steps_per_execution} steps per call")
         train = self.model.train_function
 
         def skipping(iterator):

@@ -143,3 +143,13 @@ def test_the_commit_callback_checks_its_arguments():
             CommitCallback(State(epoch=0, batch=0), save_freq=bad)
     with pytest.raises(ValueError, match="built"):
         State(keras.Sequential([keras.layers.Dense(1)]))
+
+
+def test_mid_epoch_commits_with_several_steps_per_call_are_refused_before_training():
+    model = _model()
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+    with pytest.raises(ValueError, match="steps_per_execution=1 only; this model runs 2"):
+        model.fit(np.ones((8, 3)), np.ones((8, 2)), batch_size=4, verbose=0,
+                  callbacks=[CommitCallback(State(model, epoch=0, batch=0), save_freq=2)])
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), batch_size=4, verbose=0,
+              callbacks=[CommitCallback(State(model, epoch=0, batch=0))])  # (every epoch: fine)
