@@ -2,8 +2,9 @@
 `tfring run --min-np 1 --max-np 2`, lose rank 1 (SIGKILL) and its slot between two commits; the job
 starts again on one rank from the newest commit the hosts keep (mid-epoch: `fit` skips the batches the
 commit holds), runs the reset callbacks, and ends with the weights of the uninterrupted one-process
-run (SGD with momentum and Adam), leaving no commit behind. Offered a second slot, a job of one rank
-stops at its next commit and goes on on two, to the same weights."""
+run (SGD with momentum and Adam), leaving no commit behind; also with the optimizer's state sharded
+(3 ranks, then 2). Offered a second slot, a job of one rank stops at its next commit and goes on on
+two, to the same weights."""
 
 import os
 import subprocess
@@ -33,7 +34,7 @@ keras.utils.set_random_seed(1)
 rng = np.random.default_rng(0)
 x = rng.standard_normal((240, 8)).astype("float32")
 y = (x[:, :1] - 2 * x[:, 1:2]).astype("float32")
-strategy = tfring.RingStrategy()
+strategy = tfring.RingStrategy(shard_optimizer_state=os.environ.get("SHARD") == "1")
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
     optimizer = keras.optimizers.SGD(0.05, momentum=0.9) if kind == "sgd" else keras.optimizers.Adam(0.01)
@@ -42,17 +43,17 @@ with strategy.scope():
 
 def change_hosts(at):
     """At the first start, once `at` is true: CHANGE=lose: rank 1's slot goes, then it dies;
-    CHANGE=grow: the host offers a second slot."""
+    CHANGE=grow: the host offers one slot more."""
     time.sleep(float(os.environ.get("SLOW", "0")))  # (time for a test, or the launcher, to act)
     if restart != 0 or not at:
         return
     if os.environ.get("CHANGE") == "lose" and rank == 1:
         with open(os.environ["HOSTS"], "w") as f:
-            f.write("localhost:1\n")
+            f.write(f"localhost:{strategy.size - 1}\n")
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("CHANGE") == "grow":
         with open(os.environ["HOSTS"], "w") as f:
-            f.write("localhost:2\n")
+            f.write(f"localhost:{strategy.size + 1}\n")
 
 
 state = tfring.elastic.State(model, epoch=0, batch=0, step=0)
@@ -151,24 +152,20 @@ def test_new_slots_join_at_the_next_commit_and_the_weights_stay_those_of_one_pro
         assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
 
 
-SHARDED = r'''
-import keras, numpy as np, tensorflow as tf, tfring
-tf.config.threading.set_intra_op_parallelism_threads(1)
-with tfring.RingStrategy(shard_optimizer_state=True).scope():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
-state = tfring.elastic.State(model, epoch=0, batch=0)
-tfring.elastic.run(lambda state: model.fit(np.ones((8, 4)), np.ones((8, 1)), batch_size=4, verbose=0,
-                                           callbacks=[tfring.elastic.CommitCallback(state)]))(state)
-'''
 
-
-def test_a_sharded_optimizer_is_refused_at_its_first_commit_in_an_elastic_job(tmp_path):
-    script = tmp_path / "sharded.py"
-    script.write_text(SHARDED)
-    job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "2", "--max-np", "2", "--max-restarts",
-                          "0", sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                         env=env_of(TMPDIR=str(tmp_path)))
-    assert job.returncode != 0
-    assert "NotImplementedError: tfring.elastic: a state whose optimizer is sharded" in job.stderr, job.stderr[-3000:]
-    assert "--max-restarts 0 allows no more" in job.stderr, job.stderr[-3000:]
+def test_a_sharded_optimizer_state_is_committed_whole_and_shared_out_again_at_the_new_size(tmp_path):
+    # shard_optimizer_state on 3 ranks, Adam; rank 1 dies between two commits: the commit holds every
+    # slot whole (each from its owner), and the 2 ranks left each take the slots they now own.
+    env = env_of(OUT=str(tmp_path), OPT="adam", MODE="fit", SHARD="1")
+    script = alone_first(tmp_path, SCRIPT, env)
+    hosts, discover = discovery(tmp_path, 3)
+    job = subprocess.run([sys.executable, "-m", "tfring", "run", "--min-np", "1", "--max-np", "3",
+                          "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "0.1", "0.1",
+                          sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                         env={**env, "HOSTS": str(hosts), "CHANGE": "lose", "TMPDIR": str(tmp_path)})
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "reset: 2 rank(s) from epoch 2 batch 2" in job.stdout, job.stdout[-3000:]
+    one = np.load(tmp_path / "w-fit-adam-alone-r0-0of1.npy")
+    for r in range(2):
+        went_on = np.load(tmp_path / f"w-fit-adam-job-r1-{r}of2.npy")
+        assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))

@@ -202,16 +202,40 @@ class State:
             self._folder = commits.folder(job)
         return self._folder
 
+    def _sharded(self):
+        return self.optimizer is not None and optimizer_state.sharded(self.optimizer)
+
     def _persist(self):
+        if commits.elastic_id() is None:
+            return
+        # A sharded optimizer's state is written whole (each slot from its owner: a collective of
+        # every rank), so that a job of another size can share it out again.
+        whole = self._whole_optimizer_state() if self._sharded() else None
         where = self._commit_folder()
         if where is None:
             return
-        if self.optimizer is not None and optimizer_state.sharded(self.optimizer):
-            raise NotImplementedError("tfring.elastic: a state whose optimizer is sharded (shard_optimizer_state=True) "
-                                      "cannot be committed across the restarts of an elastic job yet; commit "
-                                      "with BackupAndRestore, or leave the optimizer's state whole")
         arrays = {part: [np.asarray(v) for v in found] for part, found in self._saved_variables.items()}
+        if whole is not None:
+            arrays["optimizer"] = whole
         commits.write(where, self._commits, arrays, self._saved_state)
+
+    def _whole_optimizer_state(self):
+        store = {}
+        self.optimizer.save_own_variables(store)  # (patched under sharding: every slot whole)
+        return [np.asarray(store[str(i)]) for i in range(len(store))]
+
+    def _share_optimizer_state(self, found, root):
+        """Gives a sharded optimizer the root's commit of its whole state: each rank keeps its own slots."""
+        mine = runtime.rank() == root
+        arrays = found["arrays"]["optimizer"] if mine else None
+        layout = objects.broadcast_object([(a.shape, a.dtype.str) for a in arrays] if mine else None,
+                                          root_rank=root, serializer="pickle")
+        values = [tf.constant(a) for a in arrays] if mine else [tf.zeros(shape, np.dtype(d)) for shape, d in layout]
+        whole = collectives.broadcast(values, root_rank=root)
+        if len(whole) != len(self.optimizer.variables):
+            raise ValueError(f"tfring.elastic: the optimizer has {len(self.optimizer.variables)} variables but its "
+                             f"commit holds {len(whole)}: the script must build the same optimizer at every start")
+        self.optimizer.load_own_variables({str(i): np.asarray(v) for i, v in enumerate(whole)})
 
     def resume(self):
         """Gives every rank the state to start from: after a restart of an elastic job the newest
@@ -233,6 +257,8 @@ class State:
             self._build_optimizer()  # (on every rank: the broadcast below carries its slots)
         if newest >= 0 and runtime.rank() == root:
             self._load(found)
+        if newest >= 0 and numbers[root, 1] and self._sharded():
+            self._share_optimizer_state(found, root)
         self._commits = max(newest, 0)
         self.sync(root)
         if restarted:
@@ -251,7 +277,8 @@ class State:
 
     def _load(self, found):
         for part, variables in self._parts().items():
-            _assign(variables, found["arrays"][part], part)
+            if not (part == "optimizer" and self._sharded()):  # (`_share_optimizer_state`)
+                _assign(variables, found["arrays"][part], part)
         self._saved_state = found["values"]
         self._set_attrs()
         self.save()
