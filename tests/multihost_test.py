@@ -442,18 +442,12 @@ def _wait_for(condition, seconds, what, proc):
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("lost", [2, 0], ids=["last-host", "rank-0s-host"])
-def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_uninterrupted_weights(
-        three_hosts, tmp_path, lost):
-    # 3 hosts of one rank, a fit committing every 2 batches with tfring.elastic (tests/elastic_state_test.py):
-    # between two commits one host loses every process, its link and its sshd, and leaves the host
-    # list. The job goes on on two ranks from the newest commit the other hosts keep (no checkpoint
-    # of the user's: rank 0's host, lost, held the launcher's store and a copy). The host comes back
-    # and is listed again: the ranks stop at their next commit and the job grows to three, and ends with the weights of
-    # the uninterrupted one-process run, leaving no commit on any host and no process behind.
+def _start_committing_fit(hosts, tmp_path, env, min_np, args=()):
+    """Runs tests/elastic_state_test.py's SCRIPT alone, then starts it as an elastic job on every
+    host (one rank each, listed by a discovery script). Returns the launcher's process, a function
+    that lists the hosts named, its stderr and the ranks' stdout (files), and the commits' folder."""
     from elastic_state_test import SCRIPT
 
-    env = {"OUT": str(tmp_path), "OPT": "sgd", "MODE": "fit", "EPOCHS": "8"}
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     alone = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
@@ -463,26 +457,45 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
     hosts_file, discover, scratch = tmp_path / "hosts", tmp_path / "discover.sh", tmp_path / "scratch"
     scratch.mkdir()
     listed = lambda *names: hosts_file.write_text("".join(f"{name}:1\n" for name in names))  # noqa: E731
-    listed(*three_hosts.names)
+    listed(*hosts.names)
     discover.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
     discover.chmod(0o700)
     exports = [a for k, v in {**QUIET_ENV, **env, "SLOW": "0.5", "TMPDIR": str(scratch)}.items()
                for a in ("-x", f"{k}={v}")]
-    argv = [sys.executable, "-m", "tfring", "run", "--min-np", "2", "--host-discovery-script", str(discover),
-            "--rsh", " ".join(three_hosts.ssh_command), "--blacklist-cooldown-range", "1", "1",
-            "--all-output", *exports, sys.executable, str(script)]
+    argv = [sys.executable, "-m", "tfring", "run", "--min-np", str(min_np), "--host-discovery-script", str(discover),
+            "--rsh", " ".join(hosts.ssh_command), "--blacklist-cooldown-range", "1", "1",
+            "--all-output", *args, *exports, sys.executable, str(script)]
     log, printed = tmp_path / "launcher.log", tmp_path / "ranks.log"
     with open(log, "w") as err, open(printed, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, start_new_session=True)
-    kept = scratch / f"tfring-{os.geteuid()}"
+    return proc, listed, log, printed, scratch / f"tfring-{os.geteuid()}"
+
+
+def _lose_a_host_between_commits(hosts, lost, listed, kept, proc):
+    """Once a commit is written, and one batch later: host `lost` leaves the list and loses every
+    process, its link and its sshd."""
+    _wait_for(lambda: list(kept.glob("elastic-*/commit")), 180, "no commit was written", proc)
+    time.sleep(0.7)  # (mid-way between two commits: one batch after one)
+    listed(*[name for i, name in enumerate(hosts.names) if i != lost])
+    for pid in hosts.pids(lost):
+        os.kill(pid, signal.SIGKILL)
+    hosts.link_down(lost)
+    hosts.stop_sshd(lost)
+
+
+@pytest.mark.parametrize("lost", [2, 0], ids=["last-host", "rank-0s-host"])
+def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_uninterrupted_weights(
+        three_hosts, tmp_path, lost):
+    # 3 hosts of one rank, a fit committing every 2 batches with tfring.elastic (tests/elastic_state_test.py):
+    # between two commits one host loses every process, its link and its sshd, and leaves the host
+    # list. The job goes on on two ranks from the newest commit the other hosts keep (no checkpoint
+    # of the user's: rank 0's host, lost, held the launcher's store and a copy). The host comes back
+    # and is listed again: the ranks stop at their next commit and the job grows to three, and ends with the weights of
+    # the uninterrupted one-process run, leaving no commit on any host and no process behind.
+    env = {"OUT": str(tmp_path), "OPT": "sgd", "MODE": "fit", "EPOCHS": "8"}
+    proc, listed, log, printed, kept = _start_committing_fit(three_hosts, tmp_path, env, min_np=2)
     try:
-        _wait_for(lambda: list(kept.glob("elastic-*/commit")), 180, "no commit was written", proc)
-        time.sleep(0.7)  # (mid-way between two commits: one batch after one)
-        listed(*[name for i, name in enumerate(three_hosts.names) if i != lost])
-        for pid in three_hosts.pids(lost):  # every process of the host, its link, its sshd
-            os.kill(pid, signal.SIGKILL)
-        three_hosts.link_down(lost)
-        three_hosts.stop_sshd(lost)
+        _lose_a_host_between_commits(three_hosts, lost, listed, kept, proc)
         _wait_for(lambda: printed.read_text().count("reset: 2 rank(s)") == 2, 120, "the job did not go on", proc)
         time.sleep(3)  # (a few batches and commits on two ranks)
         three_hosts.link_up(lost, answer=False)
@@ -509,4 +522,55 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
         went_on = np.load(tmp_path / f"w-fit-sgd-job-r2-{r}of3.npy")
         assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
     assert list(kept.iterdir()) == []
+    _no_ranks_left(three_hosts)
+
+
+def test_an_elastic_job_left_below_min_np_fails_saying_so_and_leaves_nothing_running(three_hosts, tmp_path):
+    env = {"OUT": str(tmp_path), "OPT": "sgd", "MODE": "fit", "EPOCHS": "8"}
+    proc, listed, log, _, kept = _start_committing_fit(three_hosts, tmp_path, env, min_np=3,
+                                                       args=("--elastic-timeout", "4"))
+    try:
+        _lose_a_host_between_commits(three_hosts, 1, listed, kept, proc)
+        proc.wait(timeout=120)
+    finally:
+        three_hosts.link_up(1, answer=False)
+        three_hosts.start_sshd(1)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    said = log.read_text()
+    assert proc.returncode == 1, said[-3000:]
+    assert "tfring run: 2 slots of the --min-np 3 needed since " in said, said[-3000:]
+    assert "(--elastic-timeout 4 s)" in said
+    _no_ranks_left(three_hosts)
+
+
+FLAPPING = """
+import os, socket, sys, time
+if socket.gethostname() == os.environ["FLAPPING"]:
+    time.sleep(1)
+    sys.exit(3)  # fails by itself, at every start
+time.sleep(60)
+"""
+
+
+def test_a_flapping_host_is_kept_out_longer_each_time_until_the_restarts_run_out(three_hosts, tmp_path):
+    hosts_file, discover = tmp_path / "hosts", tmp_path / "discover.sh"
+    hosts_file.write_text("".join(f"{name}:1\n" for name in three_hosts.names))
+    discover.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
+    discover.chmod(0o700)
+    script = tmp_path / "flapping.py"
+    script.write_text(FLAPPING)
+    argv = [sys.executable, "-m", "tfring", "run", "--min-np", "2", "--host-discovery-script", str(discover),
+            "--rsh", " ".join(three_hosts.ssh_command), "--blacklist-cooldown-range", "2", "8", "--max-restarts", "2",
+            "-x", f"FLAPPING={three_hosts.names[2]}", sys.executable, str(script)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    flapping = three_hosts.names[2]
+    assert done.returncode == 3, done.stderr[-3000:]
+    # Kept out 2 s, then (back, growing the job, failing again) 4 s: never looping the job at full speed.
+    assert f"host {flapping} kept out for 2 s; starting the job again (restart 1 of at most 2)" in done.stderr
+    assert f"host {flapping} kept out for 4 s; starting the job again (restart 2 of at most 2)" in done.stderr
+    assert "the hosts now offer 3 ranks where the job runs 2" in done.stderr
+    assert ("the job failed 3 times, and --max-restarts 2 allows no more: "
+            f"1) rank 2 on host {flapping} exited with code 3 (host {flapping}); 2)") in done.stderr, done.stderr[-3000:]
     _no_ranks_left(three_hosts)
