@@ -139,6 +139,7 @@ test-horovod-suite: env
 	$(PY) tests/peers/horovod/run_suite.py --np 2
 	$(PY) tests/peers/horovod/run_suite.py --np 3
 	$(PY) tests/peers/horovod/run_examples.py --np 2 --max-steps 100 --elastic 150
+	$(PY) tests/peers/horovod/run_examples.py --max-steps 100 --only --elastic 50 --elastic-change grow
 
 # tfring under a real SLURM (tests/slurm_test.py: srun on one node and across two emulated hosts,
 # sbatch): installs Debian's SLURM daemons and munge (root), then runs the tests marked `slurm`.

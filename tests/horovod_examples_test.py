@@ -48,3 +48,14 @@ def test_horovods_elastic_keras_example_goes_on_from_its_commit_after_losing_a_r
     # Started again on the slot left, from the commit after that batch (Horovod's state.batch is its index).
     assert line.endswith("exit 0; reset on 1 rank(s) at epoch 1 batch 0"), line
     assert "starting the job again" in done.stdout and "rewrote Keras 3 optimizers have no `lr`" in done.stdout
+
+
+def test_horovods_elastic_keras_example_grows_at_its_next_commit():
+    # One rank; after 3 batches the host offers a second slot: commit() raises HostsUpdatedInterrupt,
+    # and the job goes on on two ranks from that commit, after the example's reset callback.
+    done = subprocess.run([sys.executable, RUNNER, "--max-steps", "10", "--timeout", "300", "--only", "--elastic", "3",
+                           "--elastic-change", "grow"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    line, = [l for l in done.stdout.splitlines() if l.startswith("== tensorflow2_keras_mnist_elastic.py")]
+    assert "exit 0; reset on 2 rank(s) at epoch" in line, line
+    assert "tfring run: the ranks stopped at a commit" in done.stdout, done.stdout[-3000:]

@@ -23,11 +23,13 @@ float64 leaves it out.
 
 --elastic K runs Horovod's elastic Keras example (upstream/examples/elastic) as an elastic job
 (`tfring run --min-np 1 --max-np 2 --host-discovery-script`) whose rank 1 dies with its slot after K
-batches: the job must start again on one rank and go on from the example's last commit.
+batches (`--elastic-change lose`): the job must start again on one rank and go on from the example's
+last commit; or (`grow`) which starts on one slot and is offered a second after K batches: the rank
+must stop at its next commit (`HostsUpdatedInterrupt`) and the job go on on two.
 
 Usage:
     python tests/peers/horovod/run_examples.py --np 2 [--max-steps K] [--only NAME ...] [--compare-one-process]
-        [--elastic K]
+        [--elastic K [--elastic-change lose|grow]]
 Exit status 0 when every example exited 0 and its ranks' weights are bit-identical (and, compared,
 within 1e-5 of the one process's).
 """
@@ -108,23 +110,30 @@ if cap:
     keras.Model.fit = capped_fit
     tf.data.Dataset.take = lambda self, count, name=None: original_take(self, min(int(count), cap), name)
 
-lose = int(os.environ.get("EXAMPLE_LOSE", "0"))  # --elastic: rank 1 and its slot go after this many batches
-if lose:
-    import signal
+change = os.environ.get("EXAMPLE_CHANGE")  # --elastic K: after K batches, "lose" rank 1 and its slot, or "grow"
+if change:
+    import signal, time
     import tfring.elastic
-    batches = [0]
-    class LoseRank1(keras.callbacks.Callback):
+    batches, after = [0], int(os.environ["EXAMPLE_AFTER"])
+    class ChangeHosts(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             batches[0] += 1
-            if os.environ["TFRING_RESTART"] == "0" and os.environ["TFRING_RANK"] == "1" and batches[0] == lose:
+            if change == "grow":
+                time.sleep(0.3)  # (time for the launcher to see the new slot before the job ends)
+            if os.environ["TFRING_RESTART"] != "0" or batches[0] != after:
+                return
+            if change == "lose" and os.environ["TFRING_RANK"] == "1":
                 with open(os.environ["HOSTS"], "w") as f:
                     f.write("localhost:1\n")
                 os.kill(os.getpid(), signal.SIGKILL)
+            if change == "grow":
+                with open(os.environ["HOSTS"], "w") as f:
+                    f.write("localhost:2\n")
     fit_before = keras.Model.fit
-    def fit_losing(self, *args, **kwargs):
-        kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [LoseRank1()]
+    def fit_changing(self, *args, **kwargs):
+        kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [ChangeHosts()]
         return fit_before(self, *args, **kwargs)
-    keras.Model.fit = fit_losing
+    keras.Model.fit = fit_changing
     reset_before = tfring.elastic.State.on_reset
     def reset_said(self):
         print(f"== reset on {tfring.size()} rank(s) at epoch {self.epoch} batch {self.batch}", flush=True)
@@ -196,20 +205,22 @@ def run_one(name, np_, folder, max_steps, timeout, twin="", floatx="float32"):
     return code, log, weights
 
 
-def run_elastic(folder, max_steps, timeout, lose):
-    """Runs ELASTIC as an elastic job on up to 2 ranks of this host, whose rank 1 dies with its slot
-    after `lose` batches; True when it ended well after starting again on one rank, from its commit."""
-    out = os.path.join(folder, "elastic")
+def run_elastic(folder, max_steps, timeout, after, change):
+    """Runs ELASTIC as an elastic job on up to 2 ranks of this host which, after `after` batches,
+    loses rank 1 and its slot (`change` "lose") or is offered a second slot ("grow"); True when it
+    ended well after starting again on the slots there, from its commit."""
+    out = os.path.join(folder, f"elastic-{change}")
     os.makedirs(out)
-    hosts, discover = os.path.join(out, "hosts"), os.path.join(folder, "discover.sh")
+    hosts, discover = os.path.join(out, "hosts"), os.path.join(out, "discover.sh")
+    before, then = (2, 1) if change == "lose" else (1, 2)
     with open(hosts, "w") as f:
-        f.write("localhost:2\n")
+        f.write(f"localhost:{before}\n")
     with open(discover, "w") as f:
         f.write(f"#!/bin/sh\ncat {hosts}\n")
     os.chmod(discover, 0o700)
     command = [sys.executable, os.path.join(folder, "example_runner.py"), os.path.join(folder, ELASTIC)]
-    cmd, env = tfring_job(2, command, EXAMPLE_OUT=out, EXAMPLE_MAX_STEPS=str(max_steps or 0), EXAMPLE_LOSE=str(lose),
-                          HOSTS=hosts, OFFLINE_MNIST=os.path.join(folder, "mnist.npz"))
+    cmd, env = tfring_job(2, command, EXAMPLE_OUT=out, EXAMPLE_MAX_STEPS=str(max_steps or 0), EXAMPLE_CHANGE=change,
+                          EXAMPLE_AFTER=str(after), HOSTS=hosts, OFFLINE_MNIST=os.path.join(folder, "mnist.npz"))
     cmd[cmd.index("-np"):cmd.index("-np") + 2] = ["--min-np", "1", "--max-np", "2", "--host-discovery-script",
                                                   discover, "--blacklist-cooldown-range", "0.1", "0.1"]
     try:
@@ -219,11 +230,12 @@ def run_elastic(folder, max_steps, timeout, lose):
     except subprocess.TimeoutExpired as e:
         code, log = "timeout", (e.stdout or b"").decode(errors="replace")
     resets = [line.split("== ", 1)[1] for line in log.splitlines() if "== reset on" in line]
-    print(f"== {ELASTIC} (elastic, rank 1 lost after {lose} batches): exit {code}; {'; '.join(resets) or 'no reset'}")
+    what = "rank 1 lost" if change == "lose" else "a second slot offered"
+    print(f"== {ELASTIC} (elastic, {what} after {after} batches): exit {code}; {'; '.join(resets) or 'no reset'}")
     print("\n".join(line for line in log.splitlines() if line.startswith("tfring run:")))
     if code != 0:
         print("\n".join(log.splitlines()[-20:]))
-    return code == 0 and len(resets) == 1 and resets[0].startswith("reset on 1 rank(s)")
+    return code == 0 and bool(resets) and all(r.startswith(f"reset on {then} rank(s)") for r in resets)  # (rank 0's)
 
 
 TWINNED = "tensorflow2_keras_mnist.py"
@@ -256,7 +268,9 @@ def main(argv=None):
     parser.add_argument("--compare-one-process", action="store_true",
                         help=f"check {TWINNED}'s job against one process on N x the batch (dropout off)")
     parser.add_argument("--elastic", type=int, default=0, metavar="K",
-                        help=f"run {ELASTIC} as an elastic job on up to 2 ranks, losing rank 1 after K batches")
+                        help=f"run {ELASTIC} as an elastic job on up to 2 ranks, changing its hosts after K batches")
+    parser.add_argument("--elastic-change", choices=("lose", "grow"), default="lose",
+                        help="with --elastic: lose rank 1 and its slot (from 2 ranks), or offer a second slot (from 1)")
     parser.add_argument("--floatx", choices=sorted(TOLERANCE), default="float32",
                         help="Keras' float type in the comparison (float64 leaves out float32's rounding)")
     args = parser.parse_args(argv)
@@ -277,7 +291,7 @@ def main(argv=None):
             print("\n".join(log.splitlines()[-12:]))
             ok = ok and code == 0 and identical
         if args.elastic:
-            ok = run_elastic(folder, args.max_steps, args.timeout, args.elastic) and ok
+            ok = run_elastic(folder, args.max_steps, args.timeout, args.elastic, args.elastic_change) and ok
         if args.compare_one_process:
             ok = compare_one_process(args.np, folder, args.max_steps, args.timeout, args.floatx) and ok
         return 0 if ok else 1
