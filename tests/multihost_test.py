@@ -483,6 +483,15 @@ def _lose_a_host_between_commits(hosts, lost, listed, kept, proc):
     hosts.stop_sshd(lost)
 
 
+def _bring_back_and_end(hosts, i, proc):
+    """Whatever the test saw: host `i`'s link and sshd back, and the launcher's process group ended."""
+    hosts.link_up(i, answer=False)
+    hosts.start_sshd(i)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
 @pytest.mark.parametrize("lost", [2, 0], ids=["last-host", "rank-0s-host"])
 def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_uninterrupted_weights(
         three_hosts, tmp_path, lost):
@@ -504,11 +513,7 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
         _wait_for(lambda: "starting it again on them" in log.read_text(), 120, "the job did not grow", proc)
         proc.wait(timeout=300)
     finally:
-        three_hosts.link_up(lost, answer=False)
-        three_hosts.start_sshd(lost)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        _bring_back_and_end(three_hosts, lost, proc)
     said = log.read_text()
     assert proc.returncode == 0, said[-3000:]
     assert "the job ended well after 1 failure and 1 resize" in said, said[-3000:]
@@ -533,11 +538,7 @@ def test_an_elastic_job_left_below_min_np_fails_saying_so_and_leaves_nothing_run
         _lose_a_host_between_commits(three_hosts, 1, listed, kept, proc)
         proc.wait(timeout=120)
     finally:
-        three_hosts.link_up(1, answer=False)
-        three_hosts.start_sshd(1)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        _bring_back_and_end(three_hosts, 1, proc)
     said = log.read_text()
     assert proc.returncode == 1, said[-3000:]
     assert "tfring run: 2 slots of the --min-np 3 needed since " in said, said[-3000:]
