@@ -18,7 +18,6 @@ from tfring.ops import collectives, objects
 from tfring.strategy.sharding import optimizer_state
 
 
-
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised by `State.commit()` on every rank of an elastic job that may grow (the launcher found
     more slots); `tfring.elastic.run` ends the ranks with it, and the launcher starts them again on
@@ -45,11 +44,6 @@ def _assign(variables, values, what):
                          f"{len(values)}: the script must build the same model and optimizer at every start")
     for variable, value in zip(variables, values):
         variable.assign(value)
-
-
-def _all_variables(optimizer):
-    found = optimizer.variables
-    return list(found() if callable(found) else found)  # (a method on TF1 and Keras 2 optimizers)
 
 
 class State:
@@ -100,7 +94,7 @@ class State:
 
     def _parts(self):
         model = list(self.model.variables) if self.model is not None else []
-        optimizer = _all_variables(self.optimizer) if self.optimizer is not None else []
+        optimizer = optimizer_state.all_variables(self.optimizer) if self.optimizer is not None else []
         return {"variables": self.variables, "model": model, "optimizer": optimizer}
 
     def _synced(self):
@@ -280,8 +274,7 @@ class State:
             if not (part == "optimizer" and self._sharded()):  # (`_share_optimizer_state`)
                 _assign(variables, found["arrays"][part], part)
         self._saved_state = found["values"]
-        self._set_attrs()
-        self.save()
+        self._set_attrs()  # (`sync` then copies the variables as the last commit)
 
     def _build_optimizer(self):
         """Builds a Keras optimizer that has not applied a step yet, so its slots can take the commit's."""

@@ -129,6 +129,19 @@ def shard_over(optimizer, rank, size):
     keras_patches.apply(PATCHES)
 
 
+def all_variables(optimizer):
+    """Every variable of `optimizer`, a Keras 3 one or a TF1 / Keras 2 one (whose `variables` is a method).
+
+    Args:
+        optimizer: an optimizer.
+
+    Returns:
+        A list of variables.
+    """
+    found = optimizer.variables
+    return list(found() if callable(found) else found)
+
+
 def shared_variables(optimizer):
     """`optimizer`'s variables that every rank holds alike: all of them unless its state is sharded,
     then all but its slots (what a broadcast from one rank may overwrite).
@@ -144,8 +157,7 @@ def shared_variables(optimizer):
     >>> hvd.broadcast_variables(model.variables + shared_variables(model.optimizer), root_rank=0)
     """
     shards = optimizer.__dict__.get(_ATTRIBUTE)
-    found = optimizer.variables
-    variables = list(found() if callable(found) else found)  # (a method on TF1 and Keras 2 optimizers)
+    variables = all_variables(optimizer)
     return variables if shards is None else [v for v in variables if id(v) not in shards.slot_of]
 
 
