@@ -115,7 +115,12 @@ def _wait_for(predicate, seconds, proc):
 
 
 def trial(args, save_freq, way, hosts=None):
-    out = tempfile.mkdtemp(prefix="elastic-recovery-")  # private (0700)
+    """One job, killed once, in a private folder removed afterwards; returns its figures."""
+    with tempfile.TemporaryDirectory(prefix="elastic-recovery-") as out:  # (0700, as mkdtemp)
+        return _measure(args, out, save_freq, way, hosts)
+
+
+def _measure(args, out, save_freq, way, hosts):
     listed = os.path.join(out, "hosts")
     names = hosts.names[:args.hosts] if hosts else ["localhost"]
     with open(listed, "w") as f:
