@@ -7,11 +7,14 @@ query and destroy it.
 import atexit
 import ctypes
 import os
+import queue
 import stat
 import sys
 import threading
+import time
 
 from tfring.launch import cluster as _cluster
+from tfring.launch import membership as _membership
 from tfring.launch import variables as _variables
 from tfring.launch.engines import address_exchange as _address_exchange
 from tfring.config import Config
@@ -23,6 +26,8 @@ _ERRORS = {"INVALID_ARGUMENT": ValueError, "UNAVAILABLE": ConnectionError, "DEAD
 _atexit_registered = []
 _grow_notice = threading.Event()  # set when the launcher says the elastic job may grow
 _commits = threading.Event()  # set once this rank commits (tfring.elastic): it answers a grow notice
+_memberships = queue.Queue()  # the launcher's memberships for this process (launch.membership), in order
+_config = []  # the Config of the last init(): a re-formed job (`reform`) keeps its settings
 
 
 def _c():
@@ -56,6 +61,7 @@ def init(config=None, **options):
     if c.tfring_initialized():
         return
     config = config or Config.resolve(**options)
+    _config[:] = [config]
     info = _cluster.find_store(_cluster.discover(), config.rendezvous_timeout)
     err = ctypes.create_string_buffer(4096)
     rc = c.tfring_init(config.record(info).encode(), err, len(err))
@@ -66,11 +72,12 @@ def init(config=None, **options):
     if not _atexit_registered:
         atexit.register(shutdown)
         _atexit_registered.append(True)
-        _exit_with_launcher(info.rank)
+        _exit_with_launcher()
 
 
-def _exit_with_launcher(rank):
-    """Under `tfring run`: exits this process when the launcher dies (its pipe reads EOF)."""
+def _exit_with_launcher():
+    """Under `tfring run`: exits this process when the launcher dies (its pipe reads EOF), and
+    passes on what the launcher writes there (`launch.membership`)."""
     text = os.environ.get(_cluster.LAUNCHER_FD, "")
     try:
         fd = int(text)
@@ -80,21 +87,40 @@ def _exit_with_launcher(rank):
         return  # not started by `tfring run`, or the descriptor was not passed down to us
 
     def watch():
+        reader = _membership.Reader()
         try:
-            while data := os.read(fd, 64):
-                if _variables.GROW_NOTICE in data:
-                    _grow_notice.set()
-                    if _commits.is_set():
-                        _acknowledge(rank)
+            while data := os.read(fd, 4096):
+                for message in _messages(reader, data):
+                    if isinstance(message, dict):
+                        _memberships.put(message)
+                    elif not _grow_notice.is_set():
+                        _grow_notice.set()
+                        if _commits.is_set():
+                            _acknowledge(_rank_now())
         except OSError:
             return
         try:  # the launcher relayed our output: nobody may be reading it any more
-            sys.stderr.write(f"tfring: rank {rank}: the launcher (tfring run) is gone; exiting\n")
+            sys.stderr.write(f"tfring: rank {_rank_now()}: the launcher (tfring run) is gone; exiting\n")
             sys.stderr.flush()
         finally:
             os._exit(1)
 
     threading.Thread(target=watch, name="tfring-launcher-watch", daemon=True).start()
+
+
+def _messages(reader, data):
+    """The launcher's messages in `data`; bytes that are none are named on stderr and dropped."""
+    try:
+        return reader.feed(data)
+    except ValueError as e:
+        sys.stderr.write(f"{e}; ignored\n")
+        return []
+
+
+def _rank_now():
+    """This process's rank as its launcher last said (read without touching the runtime, which a
+    re-forming job may be between two memberships of)."""
+    return os.environ.get(_cluster.RANK, "0")
 
 
 def _acknowledge(rank):
@@ -123,6 +149,46 @@ def hosts_updated():
         bool; False outside an elastic job.
     """
     return _grow_notice.is_set()
+
+
+def next_membership(timeout):
+    """Waits for the job's next membership from `tfring run` (`launch.membership`): the variables
+    of this process's new place in the job, after ranks were lost or added.
+
+    Args:
+        timeout: the most seconds to wait.
+
+    Returns:
+        A dict of variables, or None when none came in time.
+    """
+    try:
+        return _memberships.get(timeout=timeout)
+    except queue.Empty:
+        return None
+
+
+def reform(env):
+    """Leaves the job this process is in and joins its next membership, in the same process.
+
+    The engine and every connection of the old membership are closed; the variables `env` (from
+    `next_membership`) become this process's job identity, and `init()` meets the new membership's
+    ranks with the settings of the last `init()`.
+
+    Args:
+        env: the membership's variables.
+
+    Returns:
+        The seconds the new rendezvous took.
+
+    Raises:
+        TimeoutError: the new membership's ranks did not all show up within `rendezvous_timeout`.
+    """
+    shutdown()
+    os.environ.update(env)
+    _grow_notice.clear()
+    started = time.monotonic()
+    init(_config[0] if _config else None)
+    return time.monotonic() - started
 
 
 def shutdown():

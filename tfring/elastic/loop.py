@@ -1,8 +1,10 @@
 """`tfring.elastic.run`: the decorator that starts a training function from the state to go on from."""
 
 import functools
+import re
 import sys
 
+from tfring.elastic import reform
 from tfring.elastic import state as elastic_state
 from tfring.launch import variables
 from tfring.ops import collectives
@@ -17,7 +19,9 @@ def run(func):
     newest commit any host holds, after which the state's reset callbacks run. When the launcher
     finds more slots, the ranks stop together at their next commit (`HostsUpdatedInterrupt`) and
     exit, and the launcher starts them again on every slot, from that commit. When `func` returns
-    on every rank, the hosts' copies of the commits are removed.
+    on every rank, the hosts' copies of the commits are removed. Where the launcher offers it
+    (`tfring.elastic.reform`), ranks that lose a peer instead go on in their processes: they
+    re-form the job without it and call `func` again from the commit they hold in memory.
 
     Args:
         func: `func(state, *args, **kwargs)`.
@@ -36,13 +40,27 @@ def run(func):
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        state.resume()
-        try:
-            result = func(state, *args, **kwargs)
-        except elastic_state.HostsUpdatedInterrupt:  # (on every rank, at one commit)
-            sys.exit(variables.LEFT_AT_COMMIT)  # the launcher starts the job again on more slots
+        while True:
+            state.resume()
+            try:
+                result = func(state, *args, **kwargs)
+                break
+            except elastic_state.HostsUpdatedInterrupt:  # (on every rank, at one commit)
+                sys.exit(variables.LEFT_AT_COMMIT)  # the launcher starts the job again on more slots
+            except reform.LOST_PEER as e:
+                if not reform.rejoin(state, f"lost a peer ({_cause(e)})"):
+                    raise
         collectives.barrier(label="tfring.elastic.run: every rank finished")  # (before a host's copy goes)
         state.forget()
         return result
 
     return wrapper
+
+
+def _cause(error):
+    """What the core said was lost ("rank 2 exited or closed its connection"), else the error's first line."""
+    text = getattr(error, "message", None) or str(error)
+    said = re.search(r"failed on rank \d+: ([^\n\[]+)", text)
+    if said:
+        return said.group(1).strip()
+    return text.strip().splitlines()[0][:200] if text.strip() else type(error).__name__

@@ -85,6 +85,7 @@ class State:
         self._reset_callbacks = []
         self._commits = 0  # this job's commits so far (continued from the one resumed)
         self._folder = None  # this host's commit folder, once known (local rank 0 of an elastic job)
+        self._in_place = False  # set when the job went on in this process (`reform`): resume from memory
         if commits.elastic_id() is not None:
             runtime.expect_commits()  # (the launcher then lets new slots join at the next commit)
         self._save_variables()
@@ -242,7 +243,7 @@ class State:
             ValueError: a commit does not match the state (another model), or cannot be read.
         """
         restarted = commits.elastic_id() is not None and commits.restart() > 0
-        found = self._read_commit() if restarted else None
+        found = self._memory_commit() if self._in_place else self._read_commit() if restarted else None
         heard = [-1 if found is None else found["number"], int(bool(found and found["arrays"]["optimizer"]))]
         numbers = np.asarray(collectives.allgather(tf.constant([heard], tf.int64))) if restarted else np.array([heard])
         newest = int(numbers[:, 0].max())
@@ -265,11 +266,18 @@ class State:
             commits.remove(self._folder)
             self._folder = None
 
+    def _memory_commit(self):
+        """The last commit this process holds (its start, before any: what it trained from)."""
+        return {"number": self._commits, "in_memory": True, "arrays": {"optimizer": self._saved_variables["optimizer"]}}
+
     def _read_commit(self):
         where = self._commit_folder()
         return commits.read(where) if where is not None else None
 
     def _load(self, found):
+        if found.get("in_memory"):
+            self.restore()
+            return
         for part, variables in self._parts().items():
             if not (part == "optimizer" and self._sharded()):  # (`_share_optimizer_state`)
                 _assign(variables, found["arrays"][part], part)

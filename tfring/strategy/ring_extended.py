@@ -77,6 +77,18 @@ class RingExtended(one_device_strategy.OneDeviceExtended):
         self.shards_gradients = False  # RingStrategy(shard_gradients=True): gradients reduced to owners
         self.rank_own_variables = False  # variables being made differ per rank: no broadcast (sharding)
 
+    def follow(self, rank, size):
+        """Takes this process's place in a job whose ranks changed (`tfring.runtime.reform`):
+        the replica id, the number of replicas, the input split and the gradients' ranks. Steps
+        traced before must be traced again (Keras' functions are reset by `tfring.elastic`).
+
+        Args:
+            rank, size: the new membership's.
+        """
+        self._rank, self._size = rank, size
+        self.inputs = distributed.RankInputs(self, rank, size)
+        self.gradient_settings.size = size
+
     @property
     def bucket_bytes(self):
         """Bytes of gradients per bucket, read when the train step is traced (bucket_tuning sets it)."""

@@ -130,6 +130,12 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
         distribute_lib.Strategy.__init__(self, extended)
         self.bucket_tuner = bucket_tuning.BucketTuner(extended, self.rank) if tune else None
 
+    def _follow_runtime(self):
+        """Takes this process's new rank and size after `tfring.runtime.reform` (an elastic job
+        that goes on in its processes: `tfring.elastic`)."""
+        self.rank, self.size = runtime.rank(), runtime.size()
+        self.extended.follow(self.rank, self.size)
+
     @property
     def bucket_bytes(self):
         """The bytes of gradients per bucket in use (0: none). With `bucket_bytes="auto"` it is the

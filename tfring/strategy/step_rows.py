@@ -43,7 +43,7 @@ class StepRows:
 
     def __init__(self, local, size):
         self.local = local
-        self.counts = collectives.allgather(tf.reshape(local, [1]))
+        self.counts = _of_ranks(collectives.allgather(tf.reshape(local, [1])), size)
         self.total = tf.reduce_sum(self.counts)
         self.even = tf.reduce_all(tf.equal(self.counts, self.counts[0]))
         self.size = size
@@ -222,3 +222,18 @@ PATCHES = [
                         "a scalar tracked in a step (a loss tracker) counts for its rank's rows",
                         parameters=("self", "values", "sample_weight")),
 ]
+
+
+def _of_ranks(counts, size):
+    """`counts`, once they are checked to come from the `size` ranks the step was traced for: a
+    step traced before an elastic job re-formed in its processes (`tfring.elastic`) would weigh
+    the ranks' gradients for the old number of ranks."""
+    if tf.executing_eagerly():
+        return counts
+    check = tf.debugging.assert_equal(
+        tf.size(counts, out_type=tf.int64), tf.constant(size, tf.int64),
+        message=f"tfring: this step was traced for {size} ranks, and the job has gone on with another number of "
+                "ranks in this process (tfring.elastic): trace it again (make the tf.function inside the function "
+                "tfring.elastic.run calls, or again in a reset callback)")
+    with tf.control_dependencies([check]):
+        return tf.identity(counts)

@@ -1,0 +1,84 @@
+"""What `tfring run` writes on a rank's launcher pipe (`TFRING_LAUNCHER_FD`), and how a rank reads it.
+
+Two kinds of message travel on the pipe, launcher to rank:
+- `variables.GROW_NOTICE` (one byte): the elastic job may grow; ranks that commit stop together at
+  their next commit.
+- a membership: the job's ranks changed and this rank goes on in its process (`tfring.elastic`).
+  `MEMBERSHIP`, the length of the body in 8 hexadecimal digits, then the body: JSON of the
+  variables this rank's job identity changes to (rank, size, local rank and size, store address,
+  job id, restart count). The job secret stays the one the rank started with.
+
+A rank that lost a peer, or stopped at a commit to grow, and can go on in its process, says so on
+stderr (a line holding `REFORM_WAIT`) and waits at most `TFRING_REFORM_SECONDS` for a membership;
+without that variable (a launcher that does not re-form jobs in place) it never waits.
+"""
+
+import json
+
+from tfring.launch import variables
+
+MEMBERSHIP = b"M"
+_LENGTH_DIGITS = 8
+REFORM_WAIT = "waiting for the job's next ranks in this process (tfring.elastic)"
+REFORM_SECONDS = "TFRING_REFORM_SECONDS"
+
+
+def encode(env):
+    """The bytes of a membership message.
+
+    Args:
+        env: a dict of variable names to string values.
+
+    Returns:
+        bytes to write on the rank's launcher pipe.
+
+    Example:
+
+    >>> encode({"TFRING_RANK": "1", "TFRING_SIZE": "2"})[:9]
+    b'M0000002a'
+    """
+    body = json.dumps({str(k): str(v) for k, v in env.items()}, sort_keys=True).encode()
+    return MEMBERSHIP + b"%0*x" % (_LENGTH_DIGITS, len(body)) + body
+
+
+class Reader:
+    """Splits what a rank reads on its launcher pipe into messages, however the reads cut them.
+
+    Example:
+
+    >>> reader = Reader()
+    >>> reader.feed(b"G" + encode({"TFRING_RANK": "0"}))
+    [b'G', {'TFRING_RANK': '0'}]
+    """
+
+    def __init__(self):
+        self._pending = b""
+
+    def feed(self, data):
+        """Adds bytes read from the pipe; returns the messages they complete, in order:
+        `GROW_NOTICE` (bytes) or a membership (a dict).
+
+        Raises:
+            ValueError: bytes that are no message (the pipe is the launcher's alone); what was
+                pending is dropped.
+        """
+        self._pending += data
+        found = []
+        while self._pending:
+            kind = self._pending[:1]
+            if kind == variables.GROW_NOTICE:
+                found.append(kind)
+                self._pending = self._pending[1:]
+                continue
+            if kind != MEMBERSHIP:
+                self._pending = b""  # (what follows cannot be framed)
+                raise ValueError(f"tfring: unexpected byte {kind!r} on the launcher's pipe")
+            head = 1 + _LENGTH_DIGITS
+            if len(self._pending) < head:
+                break
+            end = head + int(self._pending[1:head], 16)
+            if len(self._pending) < end:
+                break
+            found.append(json.loads(self._pending[head:end]))
+            self._pending = self._pending[end:]
+        return found
