@@ -1,16 +1,19 @@
 """Elastic jobs: the time from a failure to the first step after it, and the work lost, against how
 often the job backs up or commits, in one run.
 
-    .venv/bin/python benchmarks/elastic_recovery.py [--ranks 2] [--save-freqs 10,50,epoch] [--ways backup,commit]
+    .venv/bin/python benchmarks/elastic_recovery.py [--ranks 3] [--save-freqs 10,50,epoch] [--ways backup,restart,commit]
     sudo .venv/bin/python benchmarks/elastic_recovery.py --hosts 3     # emulated hosts, one rank each
 
 Each trial is one `tfring run --min-np 1 --host-discovery-script ...` job of an MLP (64 -> 1024 ->
 1024 -> 1, 1.1 M parameters, global batch 96, 100 steps an epoch, 3 epochs) that either backs up
 (`backup`: `BackupAndRestore(save_freq=F)`, into a folder of the benchmark's) or commits
-(`commit`: `tfring.elastic.CommitCallback(state, save_freq=F)` inside `tfring.elastic.run`, which
-every host keeps and a restart resumes mid-epoch). Rank 0 logs the time of every step it ends. When it has ended step
+(`tfring.elastic.CommitCallback(state, save_freq=F)` inside `tfring.elastic.run`, which every host
+keeps and a restart resumes mid-epoch): `commit` lets the ranks left go on in their processes
+(from the commit in memory) where at least two are left, `restart` has them exit, so that every
+rank starts again, as before tfring's launcher offered to go on in place. Rank 0 logs the time of every step it ends. When it has ended step
 175 (75 steps into the second epoch), the benchmark SIGKILLs the last rank. On this host (default)
-the discovery script keeps listing every slot (cool-down 0), so the job starts again at its size;
+the discovery script keeps listing every slot (cool-down 0), so the job starts again at its size
+(or, going on in place, grows back to it at its next commit);
 with `--hosts H` (root, iproute2, openssh-server) every process of the last emulated host is killed,
 its link cut and the host dropped from the discovery script's list, so the job goes on with one host
 fewer. A host cut off is noticed by the others within about 5 s (TCP keepalive probes on the
@@ -18,8 +21,8 @@ ring's connections), long before `tfring run --timeout` (`--timeout`, default tf
 
 Printed per `save_freq`: the step time before the failure; from the kill to the first new process
 (the launcher seeing the failure, stopping the job, reading the hosts, starting again); from there
-to `import tfring` done, to the model built, and to the first step after the failure ended; the
-whole recovery; the steps done twice (ended before the kill, done again after it) and their time.
+to `import tfring` done, to the model built, and to the first step after the failure ended ("-"
+where the job went on in place: no new process); the whole recovery; the steps done twice (ended before the kill, done again after it) and their time.
 """
 
 import argparse
@@ -37,6 +40,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from allreduce import _quiet_env  # noqa: E402
 
 ROWS, GLOBAL_BATCH, EPOCHS, KILL_AFTER = 9600, 96, 3, 175
+NONE = float("nan")  # a figure a job that went on in place has not (no new process)
 
 
 def worker(args):
@@ -78,6 +82,8 @@ def worker(args):
     if log:
         log.write(f"# {started} {imported} {built}\n")
     save_freq = "epoch" if args.save_freq == "epoch" else int(args.save_freq)
+    if args.way == "restart":  # (commits, but the ranks left exit after a failure, as a launcher that
+        os.environ.pop("TFRING_REFORM_SECONDS", None)  # does not offer to go on in place would have them)
     if args.way == "backup":
         model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
                   callbacks=[keras.callbacks.BackupAndRestore(os.path.join(args.out, "backup"), save_freq=save_freq),
@@ -164,21 +170,31 @@ def _measure(args, out, save_freq, way, hosts):
     if proc.returncode != 0:
         raise RuntimeError(f"the job failed: {err[-2000:]}")
     _, before = _steps(first)
-    (started, imported, built), after = _steps(os.path.join(out, "steps.0.1"))
+    restarted = os.path.join(out, "steps.0.1")
+    if os.path.exists(restarted):
+        (started, imported, built), after = _steps(restarted)
+        new_process = {"to_new_process": started - killed_at, "import": imported - started,
+                       "build": built - imported, "first_step": after[0][1] - built}
+    else:  # went on in place: rank 0's log goes on, from a step at or before the ones it had ended
+        back = next(i for i in range(1, len(before))
+                    if before[i][1] > killed_at and before[i][0] <= before[i - 1][0])
+        before, after = before[:back], before[back:]
+        new_process = {"to_new_process": NONE, "import": NONE, "build": NONE, "first_step": NONE}
     done_before = max(s for s, t in before if t <= killed_at)
     step_s = statistics.median(b[1] - a[1] for a, b in zip(before, before[1:]))
     redone = done_before - (after[0][0] - 1)
-    return {"step_ms": 1e3 * step_s, "to_new_process": started - killed_at, "import": imported - started,
-            "build": built - imported, "first_step": after[0][1] - built, "recovery": after[0][1] - killed_at,
+    return {"step_ms": 1e3 * step_s, **new_process, "recovery": after[0][1] - killed_at,
             "redone": redone, "redone_s": redone * step_s}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--ranks", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=0, help="emulated hosts of one rank each (0: this host)")
     parser.add_argument("--save-freqs", default="10,50,epoch")
-    parser.add_argument("--ways", default="backup,commit", help="backup (BackupAndRestore), commit (tfring.elastic)")
+    parser.add_argument("--ways", default="backup,restart,commit",
+                        help="backup (BackupAndRestore), restart (tfring.elastic, every rank starts again), "
+                             "commit (tfring.elastic, the ranks left go on in place where they can)")
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="tfring run --timeout: seconds a collective may stall (default 60, tfring's)")
@@ -212,8 +228,9 @@ def main():
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (way, freq), results in rows.items():
         m = {k: statistics.median(r[k] for r in results) for k in results[0]}
-        print(f"| {way} | {freq} | {m['step_ms']:.1f} | {m['to_new_process']:.2f} | {m['import']:.2f} | {m['build']:.2f} "
-              f"| {m['first_step']:.2f} | {m['recovery']:.2f} | {m['redone']:.0f} | {m['redone_s']:.2f} |")
+        f = {k: "-" if v != v else f"{v:.2f}" for k, v in m.items()}  # (NaN: went on in place)
+        print(f"| {way} | {freq} | {m['step_ms']:.1f} | {f['to_new_process']} | {f['import']} | {f['build']} "
+              f"| {f['first_step']} | {m['recovery']:.2f} | {m['redone']:.0f} | {m['redone_s']:.2f} |")
     return 0
 
 

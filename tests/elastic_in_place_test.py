@@ -1,14 +1,18 @@
 """`tfring.elastic`: a job that loses a rank goes on in the survivors' processes.
 
-The launcher's half is played here (`ScriptedLauncher`): it starts 3 ranks with the variables and
-the launcher pipe `tfring run` gives them, offering in-place re-forming
+The ranks' half, with the launcher's played here (`ScriptedLauncher`): it starts 3 ranks with the
+variables and the launcher pipe `tfring run` gives them, offering in-place re-forming
 (`TFRING_REFORM_SECONDS`); rank 2 SIGKILLs itself mid-epoch, between two commits. The survivors'
 collective fails, each says on stderr that it waits for the job's next ranks, and the test writes
-each its new membership (2 ranks, a new store and job id) on its pipe, as the launcher will. The
+each its new membership (2 ranks, a new store and job id) on its pipe, as the launcher does. The
 survivors re-form the ring in their processes, resume from the commit they hold in memory, and end
 with the weights of the uninterrupted one-process run (SGD with momentum and Adam; `fit` with
 `CommitCallback`, and a custom loop whose `tf.function` is made inside the function `run` calls).
-A step traced for 3 ranks and run by the 2 fails, saying to trace it again."""
+A step traced for 3 ranks and run by the 2 fails, saying to trace it again.
+
+Then the whole: `tfring run --min-np 2` loses rank 2, or rank 0 (and the store with it), and goes
+on with the two ranks left in their processes (tests/multihost_test.py does it across emulated
+hosts, a host cut off)."""
 
 import os
 import secrets
@@ -20,6 +24,7 @@ import numpy as np
 import pytest
 
 from elastic_test import alone_first
+from elastic_test import discovery
 from elastic_test import env_of
 from tfring.launch import addresses
 from tfring.launch import membership
@@ -51,7 +56,10 @@ state.register_reset_callbacks([lambda: print(f"reset: {tfring.size()} rank(s) f
 
 
 def maybe_die(at):
-    if at and strategy.size == 3 and strategy.rank == 2:
+    if at and strategy.size == 3 and strategy.rank == int(os.environ.get("LOST", "2")):
+        if "HOSTS" in os.environ:  # (under tfring run: its slot goes with it)
+            with open(os.environ["HOSTS"], "w") as f:
+                f.write("localhost:2\n")
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -68,7 +76,7 @@ def fit(state):
     # (A dataset's batches have no static row count: only resetting Keras' traced train function
     # makes the step take the new number of ranks.)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(48)
-    model.fit(data, epochs=4, initial_epoch=state.epoch, verbose=0,
+    model.fit(data, epochs=4, initial_epoch=state.epoch, shuffle=False, verbose=0,
               callbacks=[tfring.elastic.CommitCallback(state, save_freq=2), Die()])
 
 
@@ -234,3 +242,26 @@ def test_without_the_launchers_offer_a_rank_that_lost_a_peer_exits(tmp_path):
                           str(tmp_path / "train.py")], capture_output=True, text=True, timeout=300, env=env)
     assert job.returncode != 0
     assert membership.REFORM_WAIT not in job.stderr
+
+
+@pytest.mark.parametrize("lost", [2, 0])
+def test_tfring_run_goes_on_with_the_ranks_left_in_their_processes(tmp_path, lost):
+    # Rank 2, or rank 0 (which serves the store), is killed and its slot goes: the launcher keeps
+    # the two ranks left, renumbers them, gives them a new store, and they go on.
+    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="fit", LOST=str(lost))
+    script = alone_first(tmp_path, SCRIPT, env)
+    hosts, discover = discovery(tmp_path, 3)
+    job = subprocess.run([sys.executable, "-m", "tfring", "run", "--all-output", "--min-np", "2", "--max-np", "3",
+                          "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "0.1", "0.1",
+                          sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                         env={**env, "HOSTS": str(hosts)})
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert (f"rank {lost} was killed by SIGKILL; host localhost kept out for 0.1 s; going on with the 2 ranks left, "
+            "in their processes (restart 1 of at most 3)") in job.stderr, job.stderr[-3000:]
+    assert "the job ended well after 1 failure and 0 resizes" in job.stderr
+    assert job.stdout.count("started pid") == 3, job.stdout  # nobody started again
+    assert job.stdout.count("reset: 2 rank(s) from epoch 2 batch 2 step 0") == 2, job.stdout
+    one = np.load(tmp_path / "w-fit-sgd-alone-0of1.npy")
+    for rank in (0, 1):
+        went_on = np.load(tmp_path / f"w-fit-sgd-job-{rank}of2.npy")
+        assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))

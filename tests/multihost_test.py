@@ -497,10 +497,10 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
         three_hosts, tmp_path, lost):
     # 3 hosts of one rank, a fit committing every 2 batches with tfring.elastic (tests/elastic_state_test.py):
     # between two commits one host loses every process, its link and its sshd, and leaves the host
-    # list. The job goes on on two ranks from the newest commit the other hosts keep (no checkpoint
-    # of the user's: rank 0's host, lost, held the launcher's store and a copy). The host comes back
-    # and is listed again: the ranks stop at their next commit and the job grows to three, and ends with the weights of
-    # the uninterrupted one-process run, leaving no commit on any host and no process behind.
+    # list. The two ranks left go on in their processes from the commit they hold in memory (losing
+    # rank 0's host loses the store: the new rank 0 serves a new one). The host comes back and is
+    # listed again: the ranks stop at their next commit and the job grows to three, and ends with
+    # the weights of the uninterrupted one-process run, leaving no commit on any host and no process behind.
     env = {"OUT": str(tmp_path), "OPT": "sgd", "MODE": "fit", "EPOCHS": "8"}
     proc, listed, log, printed, kept = _start_committing_fit(three_hosts, tmp_path, env, min_np=2)
     try:
@@ -517,6 +517,11 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
     said = log.read_text()
     assert proc.returncode == 0, said[-3000:]
     assert "the job ended well after 1 failure and 1 resize" in said, said[-3000:]
+    name = three_hosts.names[lost]
+    assert (f"rank {lost} on host {name} stopped answering (the other ranks lost it); host {name} kept out for 1 s; "
+            "going on with the 2 ranks left, in their processes (restart 1 of at most 3)") in said, said[-3000:]
+    moved = [(1, 0), (2, 1)] if lost == 0 else [(0, 0), (1, 1)]
+    assert all(f"tfring: rank {old}: now rank {new} of 2" in said for old, new in moved), said[-3000:]
     assert "tfring run: the ranks stopped at a commit" in said, said[-3000:]  # (grown at a commit: nothing redone)
     resets = [line.split("reset: ")[1] for line in printed.read_text().splitlines() if "reset: " in line]
     # each membership went on from a commit, not from the start: "2 rank(s) from epoch E batch B step 0"

@@ -1,11 +1,12 @@
 """`tfring.elastic`: training that goes on from its last commit when an elastic job's ranks change.
 
-Under `tfring run --min-np A --max-np B`, a failed rank, a lost host or new slots start the job's
-ranks again on the hosts there. A script that keeps its state in a `State`, commits it
+Under `tfring run --min-np A --max-np B`, a script that keeps its state in a `State`, commits it
 (`CommitCallback` in `fit`, `state.commit()` in a custom loop) and trains inside a function wrapped
-by `run` goes on from the newest commit, which every host keeps, so losing any host, rank 0's
-included, loses at most the work since that commit; new slots join at the next commit, losing
-nothing. With `RingStrategy`, whose global batch does not
+by `run` goes on after a failed rank or a lost host: the ranks left keep their processes and go on
+from the commit they hold in memory (`reform`); where they cannot, every rank starts again and goes
+on from the newest commit, which every host keeps. Either way losing any host, rank 0's included,
+loses at most the work since that commit; new slots join at the next commit (every rank starts
+again then), losing nothing. With `RingStrategy`, whose global batch does not
 depend on the number of ranks, the job then computes exactly the steps of the uninterrupted run.
 
 Example:

@@ -42,6 +42,7 @@ def run(func):
     def wrapper(state, *args, **kwargs):
         while True:
             state.resume()
+            reform.announce(state)
             try:
                 result = func(state, *args, **kwargs)
                 break

@@ -65,6 +65,15 @@ def why_not(state):
     return None
 
 
+def announce(state):
+    """Tells the launcher, when it offers it, that this rank goes on in place after a failure
+    (`launch.membership.CAN_REFORM`; the launcher waits for ranks that lost a peer only when every
+    rank said so)."""
+    if offered() is not None and why_not(state) is None:
+        sys.stderr.write(f"{membership.CAN_REFORM}\n")
+        sys.stderr.flush()
+
+
 def rejoin(state, why):
     """Waits for the launcher's next membership and takes this process's place in it.
 

@@ -106,6 +106,26 @@ def route_source(destination):
             return None
 
 
+def free_ports(host, count):
+    """`count` different TCP ports on `host` that were free a moment ago.
+
+    Args:
+        host: the local address to bind.
+        count: how many.
+
+    Returns:
+        A list of ints.
+    """
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def free_port(host="127.0.0.1"):
     """A TCP port on `host` that was free a moment ago (for the store, tests and benchmarks).
 

@@ -1,7 +1,12 @@
-"""`tfring run --min-np A --max-np B`: a job that starts again on the hosts still there when a rank fails.
+"""`tfring run --min-np A --max-np B`: a job that goes on, or starts again, on the hosts still there
+when a rank fails.
 
-The first form of elastic jobs (the restart form, as torchrun's `--nnodes=MIN:MAX --max-restarts`):
-when a rank fails, the launcher stops the job as it always does, keeps the host of the rank that
+Ranks that go on in place (`tfring.elastic.run`: the ranks left after a failure keep their
+processes; `supervision` keeps them and `launcher.Job.reform` renumbers them) go on by themselves
+when at least two, and `--min-np`, are left: a failure still counts against `--max-restarts` and
+keeps its host out.
+
+Otherwise, the restart form (as torchrun's `--nnodes=MIN:MAX --max-restarts`): when a rank fails, the launcher stops the job as it always does, keeps the host of the rank that
 failed first out for a cool-down (`--blacklist-cooldown-range`: doubling with each failure of that
 host, so a flapping host cannot loop the job), asks the hosts again (`--host-discovery-script`, else
 the fixed `-H`/`--hostfile` list) and starts every rank again on what is there: between `--min-np` and
@@ -153,6 +158,9 @@ class Ending:
         grown: True when the launcher ended it to start again on more slots.
         lost_peer: True when the rank blamed only lost a peer (no rank was seen failing by
             itself), so its own host is not to blame.
+        kept: after a failure, the ranks still running that wait to go on in place (opaque to
+            this module; in rank order), or None.
+        end_kept: a function that ends them, when the job starts again instead.
     """
 
     code: int
@@ -160,6 +168,8 @@ class Ending:
     line: str = None
     grown: bool = False
     lost_peer: bool = False
+    kept: list = None
+    end_kept: object = None
 
 
 @dataclasses.dataclass
@@ -177,8 +187,9 @@ class ElasticJob:
     well, the launcher is signalled, restarts run out or too few slots are left.
 
     Args:
-        start_job: a function (hosts, size, restart, interrupt) -> an `Ending`: runs one membership
-            to its end, or until `interrupt()` (called while it runs) returns a reason to grow.
+        start_job: a function (hosts, size, restart, interrupt, kept) -> an `Ending`: runs one membership
+            to its end, or until `interrupt()` (called while it runs) returns a reason to grow;
+            `kept` (or None) are the last membership's ranks that go on in place (then `hosts` is None).
         fixed_hosts: the `-H`/`--hostfile` list, or None (with a discovery script, or this host).
         default_np: `-np` (the most ranks when `--max-np` is not given).
         options: an `ElasticOptions`.
@@ -244,12 +255,15 @@ class ElasticJob:
         Raises:
             RuntimeError: too few slots (see `wait_for_slots`).
         """
-        start = 0  # every start of the job, failures' restarts and resizes alike
+        start, kept = 0, None  # every start of the job, failures' restarts and resizes alike
         while True:
-            available = self.wait_for_slots()
-            size = self._size(available)
-            ending = self.start_job(available, size, start, self._growth(size))
-            start += 1
+            if kept:
+                available, size = None, len(kept)
+            else:
+                available = self.wait_for_slots()
+                size = self._size(available)
+            ending = self.start_job(available, size, start, self._growth(size), kept)
+            start, kept = start + 1, None
             if ending.grown:
                 self.resizes += 1
                 continue
@@ -258,15 +272,31 @@ class ElasticJob:
                 return ending.code
             self.failures.append(Failure(len(self.failures), ending.line, ending.host, ending.code))
             if len(self.failures) > self.options.max_restarts:
+                self._end_kept(ending)
                 _say(f"the job failed {len(self.failures)} times, and --max-restarts {self.options.max_restarts} "
                      f"allows no more: {self._listed()}")
                 return ending.code
             if ending.lost_peer:  # the host that failed is the one the discovery script drops
-                kept = "no host kept out (the first failure lost a peer)"
+                out = "no host kept out (the first failure lost a peer)"
             else:
-                kept = f"host {ending.host} kept out for {self.cooldowns.fail(ending.host):g} s"
-            _say(f"{ending.line}; {kept}; starting the job again "
-                 f"(restart {len(self.failures)} of at most {self.options.max_restarts})")
+                out = f"host {ending.host} kept out for {self.cooldowns.fail(ending.host):g} s"
+            restart = f"(restart {len(self.failures)} of at most {self.options.max_restarts})"
+            if self._goes_on_in_place(ending):
+                kept = ending.kept
+                _say(f"{ending.line}; {out}; going on with the {len(kept)} ranks left, in their processes {restart}")
+                continue
+            self._end_kept(ending)
+            _say(f"{ending.line}; {out}; starting the job again {restart}")
+
+    def _goes_on_in_place(self, ending):
+        """Whether the ranks still running after a failure go on by themselves, in their processes:
+        they all wait for it, and are enough (`--min-np`, and two: a job of one rank starts again)."""
+        left = len(ending.kept or ())
+        return left >= max(self.options.min_np, 2) and left <= (self.most or sys.maxsize)
+
+    def _end_kept(self, ending):
+        if ending.kept:
+            ending.end_kept()
 
     def _size(self, available):
         return min(sum(h.slots for h in available), self.most or sys.maxsize)

@@ -72,7 +72,7 @@ class FakeJob:
         self.clock = clock
         self.starts = []
 
-    def __call__(self, hosts, size, restart, interrupt):
+    def __call__(self, hosts, size, restart, interrupt, kept=None):
         self.starts.append(([h.name for h in hosts], size, restart))
         host = self.failing_hosts.pop(0)
         if host == "grow":  # runs until the hosts offer more
@@ -113,7 +113,7 @@ def test_a_rank_that_only_lost_its_peer_keeps_no_host_out(capsys):
     ends = [elastic.Ending(1, "a", "rank 0 on host a exited with code 1", lost_peer=True), elastic.Ending(0)]
     starts = []
 
-    def job(hosts, size, restart, interrupt):
+    def job(hosts, size, restart, interrupt, kept=None):
         starts.append(size)
         return ends.pop(0)
 

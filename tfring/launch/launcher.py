@@ -30,6 +30,7 @@ from tfring.launch import horovod_habits
 from tfring.launch import hosts as hostlist
 from tfring.launch import interpreter
 from tfring.launch import local_rank
+from tfring.launch import membership
 from tfring.launch import output
 from tfring.launch import remote_rank
 from tfring.launch import supervision
@@ -108,11 +109,17 @@ class Job:
         interrupt: for `supervision.Supervisor`: called while the job runs, a reason to end it or None.
     """
 
-    def __init__(self, command, num_processes, options=None, env=None, restart=None, interrupt=None, elastic_id=None):
+    def __init__(self, command, num_processes, options=None, env=None, restart=None, interrupt=None, elastic_id=None,
+                 kept=None):
         self.command = list(command)
         self.restart = restart  # an elastic job's start count, or None
         self.elastic_id = elastic_id
         self.options = options or Options()
+        self.kept = kept  # the ranks of the last membership that go on in place (`reform`), in rank order
+        self.secret = None  # the job secret, once started
+        if kept:
+            self.options = dataclasses.replace(self.options, hosts=_hosts_of([k.rank.slot.host for k in kept]))
+            num_processes = len(kept)
         self.slots = hostlist.plan_slots(num_processes, self.options.hosts)
         self.base_env = dict(os.environ if env is None else env)
         self.output = output.JobOutput(self.options.all_output, self.options.output_dir)
@@ -122,7 +129,7 @@ class Job:
                              "name it once, with all its slots")
         self.remote_slots = [s for s in self.slots if not here[s.host]]
         self.ranks = {}  # rank -> LocalRank or RemoteRank
-        self.supervisor = supervision.Supervisor(self.ranks, self.output, interrupt)
+        self.supervisor = supervision.Supervisor(self.ranks, self.output, interrupt, in_place=restart is not None)
 
     @property
     def runs_here(self):
@@ -142,6 +149,7 @@ class Job:
         if self.restart is not None:
             env[variables.RESTART] = str(self.restart)
             env[variables.ELASTIC_ID] = self.elastic_id
+            env[membership.REFORM_SECONDS] = f"{supervision.REFORM_WAIT_SECONDS:g}"
         env.update(self.options.exports)
         return env
 
@@ -152,6 +160,7 @@ class Job:
             StartError: a host did not answer or runs other versions, or a command cannot start.
         """
         secret, job_id = secrets.token_hex(32), secrets.token_hex(6)
+        self.secret = secret
         local_rank.become_subreaper()  # what a rank starts in a session of its own comes back to us
         local_cores = {s.rank: core_binding.plan(self.options.bind_to, s.local_rank, s.local_size)
                        for s in self.slots if s not in self.remote_slots}
@@ -164,6 +173,31 @@ class Job:
                 self._start_remote(self.ranks[slot.rank], env)
             else:
                 self._start_local(slot, {**self._local_env(here), **env}, local_cores[slot.rank])
+
+    def reform(self, secret):
+        """Goes on with the ranks kept from the last membership, in their processes: each is
+        renumbered (host by host, in their old order) and told its place in a new membership, with
+        a new store (served by its rank 0) and job id (`launch.membership`).
+
+        Args:
+            secret: the job secret the kept ranks started with.
+        """
+        self.secret, job_id = secret, secrets.token_hex(6)
+        for slot, kept in zip(self.slots, self.kept):
+            kept.rank.slot = slot
+            self.supervisor.take_over(slot.rank, kept)
+        store_addr = self._kept_store_address()
+        for slot in self.slots:
+            self.ranks[slot.rank].reform(self._rank_env(slot, store_addr, secret, job_id))
+
+    def _kept_store_address(self):
+        """Where the new rank 0 serves the store: a port its host offered when the job started
+        (elastic jobs ask every host for one), or a free one here."""
+        rank0 = self.ranks[0]
+        if isinstance(rank0, remote_rank.RemoteRank):
+            return f"{rank0.reply['address']}:{rank0.store_port()}"
+        here = self._this_host_address() if self.remote_slots else "127.0.0.1"
+        return f"{here}:{addresses.free_port(here)}"
 
     def _local_env(self, here):
         """This host's ranks see the launcher's environment; in a job across hosts they advertise `here`."""
@@ -201,7 +235,8 @@ class Job:
                                  f"{e.strerror or e} (see --rsh)") from e
             self.ranks[slot.rank] = rank
             self.supervisor.follow(slot.rank, rank.pump_stdout, rank.pump_stderr)
-            rank.request(o.interface, want_port=slot.rank == 0)
+            # (An elastic job's rank 0 may move to any host when it goes on in place.)
+            rank.request(o.interface, want_port=slot.rank == 0 or self.restart is not None)
         deadline = time.monotonic() + o.start_timeout
         while not all(r.ready.is_set() for r in self.ranks.values()) and time.monotonic() < deadline:
             self._stop_if_signalled()
@@ -241,8 +276,7 @@ class Job:
             return f"127.0.0.1:{addresses.free_port()}", None
         here = self._this_host_address() if self.runs_here or 0 not in self.ranks else None
         if 0 in self.ranks:
-            reply = self.ranks[0].reply
-            return f"{reply['address']}:{reply['port']}", here
+            return f"{self.ranks[0].reply['address']}:{self.ranks[0].store_port()}", here
         return f"{here}:{addresses.free_port(here)}", here
 
     def _this_host_address(self):
@@ -258,6 +292,14 @@ class Job:
             if addresses.is_own_ipv4(rank.reply.get("launcher_address")):
                 return rank.reply["launcher_address"]
         return addresses.route_source(next(iter(self.ranks.values())).reply["address"]) or "127.0.0.1"
+
+
+def _hosts_of(names):
+    """The host list of ranks on hosts `names` (in rank order: a host's ranks are together)."""
+    counts = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return [hostlist.Host(name, n) for name, n in counts.items()]
 
 
 def _working_directory(environ):
@@ -326,10 +368,11 @@ def _run_elastic(command, num_processes, options, elastic_options):
     """`run` for an elastic job: a `Job` per membership, as `elastic.ElasticJob` decides."""
 
     elastic_id = secrets.token_hex(6)  # (its commits' folder on each host: tfring.elastic.commits)
+    last = []  # the last membership's Job
 
-    def start_job(hosts, size, restart, interrupt):
+    def start_job(hosts, size, restart, interrupt, kept=None):
         job = Job(command, size, dataclasses.replace(options, hosts=hosts), restart=restart, interrupt=interrupt,
-                  elastic_id=elastic_id)
+                  elastic_id=elastic_id, kept=kept)
         if runner.signalled is not None:  # (a signal between two memberships)
             job.supervisor.signalled = runner.signalled
 
@@ -339,11 +382,12 @@ def _run_elastic(command, num_processes, options, elastic_options):
 
         with _signals_to(to_both):
             try:
-                job.start()
+                job.reform(last[0].secret) if kept else job.start()
             except StartError as e:
                 if e.host is None or runner.signalled is not None:
                     raise
                 return elastic.Ending(e.exit_code, e.host, str(e).removeprefix("tfring run: "))  # not reached
+            last[:] = [job]
             code = job.supervisor.wait()
         if job.supervisor.grown:
             return elastic.Ending(code, grown=True)
@@ -352,7 +396,9 @@ def _run_elastic(command, num_processes, options, elastic_options):
         rank, line, lost_peer = job.supervisor.cause
         # (A rank that only lost a peer keeps no host out: which host went silent cannot be told
         # reliably from the survivors' errors; the discovery script drops a dead host.)
-        return elastic.Ending(code, job.slots[rank].host, line, lost_peer=lost_peer)
+        return elastic.Ending(code, job.slots[rank].host, line, lost_peer=lost_peer,
+                              kept=list(job.supervisor.kept.values()) if job.supervisor.kept else None,
+                              end_kept=job.supervisor.end_kept)
 
     runner = elastic.ElasticJob(start_job, options.hosts, num_processes, elastic_options)
     with _signals_to(runner.record_signal):

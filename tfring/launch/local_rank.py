@@ -13,6 +13,7 @@ import subprocess
 import time
 
 from tfring.launch import cluster
+from tfring.launch import membership
 from tfring.launch import variables
 
 _PR_SET_PDEATHSIG = 1
@@ -200,9 +201,18 @@ class LocalRank:
 
     def notify(self):
         """Tells the rank the job may grow (`variables.GROW_NOTICE` on its launcher pipe)."""
+        self.tell(variables.GROW_NOTICE)
+
+    def reform(self, env):
+        """Gives the rank its place in the job's next membership (`membership.encode(env)` on its
+        launcher pipe): it goes on in its process as rank `slot.rank` (`tfring.elastic`)."""
+        self.tell(membership.encode(env))
+
+    def tell(self, data):
+        """Writes `data` (a message of `launch.membership`) on the rank's launcher pipe."""
         if self._lifeline is not None:
             try:
-                os.write(self._lifeline, variables.GROW_NOTICE)
+                os.write(self._lifeline, data)
             except OSError:  # it has ended
                 pass
 

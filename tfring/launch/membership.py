@@ -8,9 +8,10 @@ Two kinds of message travel on the pipe, launcher to rank:
   variables this rank's job identity changes to (rank, size, local rank and size, store address,
   job id, restart count). The job secret stays the one the rank started with.
 
-A rank that lost a peer, or stopped at a commit to grow, and can go on in its process, says so on
-stderr (a line holding `REFORM_WAIT`) and waits at most `TFRING_REFORM_SECONDS` for a membership;
-without that variable (a launcher that does not re-form jobs in place) it never waits.
+A rank that can go on in its process says so on stderr as it starts training (`CAN_REFORM`); once
+it lost a peer it says so (a line holding `REFORM_WAIT`) and waits at most `TFRING_REFORM_SECONDS`
+for a membership; without that variable (a launcher that does not re-form jobs in place) it never
+waits.
 """
 
 import json
@@ -20,6 +21,9 @@ from tfring.launch import variables
 MEMBERSHIP = b"M"
 _LENGTH_DIGITS = 8
 REFORM_WAIT = "waiting for the job's next ranks in this process (tfring.elastic)"
+# What a rank that can go on in place says on stderr as it starts training (the launcher keeps the
+# line to itself): only when every rank has said it does the launcher wait for them after a failure.
+CAN_REFORM = "tfring-elastic: goes on in place when a peer is lost"
 REFORM_SECONDS = "TFRING_REFORM_SECONDS"
 
 

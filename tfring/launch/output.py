@@ -15,6 +15,7 @@ import sys
 import threading
 
 from tfring import file_safety
+from tfring.launch import membership
 from tfring.launch import variables
 
 # "path.py:12: UserWarning: text", the first line of a Python warning (its source line follows).
@@ -30,6 +31,7 @@ _ABSL_LOG_LINE = re.compile(rb"^(?:([IW])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ (\S+:\d+\
 _ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 # Lines kept as a TensorFlow record's continuation (a NodeDef it prints spans several).
 _MAX_CONTINUATION = 64
+_REFORM_WAIT, _CAN_REFORM = membership.REFORM_WAIT.encode(), membership.CAN_REFORM.encode()
 # Lines of each rank's stderr kept for the launcher's last word (a TensorFlow error spans several).
 TAIL_LINES = 20
 
@@ -146,6 +148,8 @@ class JobOutput:
         self._hiding_stderr = False
         self.hidden_lines = 0  # stderr lines not shown since `hide_stderr`
         self.acknowledged = set()  # ranks that said they stop at their next commit (variables.GROW_ACK)
+        self.reforming = set()  # ranks that said they wait for the job's next membership (membership.REFORM_WAIT)
+        self.can_reform = set()  # ranks that said they go on in place after a failure (membership.CAN_REFORM)
         self._lock = threading.Lock()
         # One line at a time into the launcher's stdout and stderr: a pipe takes a long line in
         # pieces, and another rank's thread wrote in between them (lines of ~100 KB came out torn).
@@ -177,12 +181,17 @@ class JobOutput:
         tail = None if stdout else self._stderr_tail(rank)
 
         def take(line):
+            if tail is not None and _CAN_REFORM in line:
+                self.can_reform.add(rank)  # (the launcher's alone: not shown)
+                return
             if log is not None and not log.closed:  # closed at the end, when a pump may linger
                 log.write(line)
             if tail is not None:
                 tail.append(line)
                 if variables.GROW_ACK in line:
                     self.acknowledged.add(rank)
+                if _REFORM_WAIT in line:
+                    self.reforming.add(rank)
             if show and not (tail is not None and self._hidden()) and keep(line):
                 # A rank's last line without its end (a progress bar when the rank stopped) ends
                 # here, so that what the launcher says next starts a line of its own.

@@ -6,12 +6,13 @@ The conversation runs over the ssh channel, so nothing secret is ever on a comma
 
 1. the launcher writes one JSON line: {"interface": IF or null, "want_port": bool};
 2. this side answers on stdout with `READY_MARK` and JSON: what it runs (`versions.this_host()`),
-   the address it advertises, the launcher's address as seen from here, and (for rank 0) a free
-   port for the rendezvous store;
+   the address it advertises, the launcher's address as seen from here, and (for rank 0, or any
+   rank of an elastic job) two free ports for the rendezvous store;
 3. the launcher writes the rank's environment (the job secret among it) and command;
 4. the rank starts with this process's stdout and stderr (the ssh channel); each later line
    "signal N" is passed to the rank's process group, "notify" to the rank's launcher pipe
-   (`LocalRank.notify`: the job may grow); EOF (the launcher stopped, or its connection
+   (`LocalRank.notify`: the job may grow), "membership HEX" too (the rank's place in the job's
+   next membership, `launch.membership`); EOF (the launcher stopped, or its connection
    died) kills the rank at once. This process exits with the rank's exit code.
 """
 
@@ -70,7 +71,9 @@ def answer(request):
     address = _advertised_address(request.get("interface"))
     launcher_address, _ = addresses.ssh_addresses(os.environ)
     return {"versions": versions.this_host(), "address": address, "launcher_address": launcher_address,
-            "port": addresses.free_port(address) if request.get("want_port") else None}
+            # Two: a rank that goes on in place as rank 0 of a new membership serves its store on
+            # the one its last store (if it served one) is not on.
+            "ports": addresses.free_ports(address, 2) if request.get("want_port") else None}
 
 
 def _obey(rank, told):
@@ -85,6 +88,8 @@ def _obey(rank, told):
             rank.signal(int(words[1]))
         elif words == ["notify"]:
             rank.notify()
+        elif len(words) == 2 and words[0] == "membership":
+            rank.tell(bytes.fromhex(words[1]))
     told.set()
     rank.kill()
 

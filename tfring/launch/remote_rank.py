@@ -15,6 +15,7 @@ import subprocess
 import threading
 
 from tfring.launch import local_rank
+from tfring.launch import membership
 from tfring.launch import remote
 
 DEFAULT_RSH = "ssh -o BatchMode=yes"
@@ -83,6 +84,7 @@ class RemoteRank:
     def __init__(self, slot, prefix, command):
         self.slot = slot
         self.reply = None
+        self._store_turns = 0  # stores served as rank 0 so far
         self.ready = threading.Event()
         self._early_stderr = []
         self._stderr_take = None
@@ -99,6 +101,12 @@ class RemoteRank:
                 self.proc.stdin.flush()
             except (ValueError, OSError):  # the far end is gone (its exit is seen by poll)
                 pass
+
+    def store_port(self):
+        """A port for the store this rank serves as rank 0: the far end's two, in turn (a rank that
+        goes on in place never serves a new store on its last one's port)."""
+        self._store_turns += 1
+        return self.reply["ports"][(self._store_turns - 1) % 2]
 
     def request(self, interface, want_port):
         """Step 1: asks the far end what it runs and where it is."""
@@ -176,6 +184,11 @@ class RemoteRank:
         """Asks the far end to tell the rank the job may grow (`LocalRank.notify` there)."""
         if self.proc.poll() is None:
             self._write("notify\n")
+
+    def reform(self, env):
+        """Asks the far end to give the rank its place in the job's next membership (`LocalRank.reform` there)."""
+        if self.proc.poll() is None:
+            self._write(f"membership {membership.encode(env).hex()}\n")
 
     def kill(self):
         """Closes the channel: the far end kills the rank and exits, and ssh with it."""

@@ -14,6 +14,13 @@ When an elastic job may grow (`interrupt`), the ranks are told (`notify`); ranks
 (`tfring.elastic`) say so on stderr (`GROW_ACK`) and stop together at their next commit (exit code
 `LEFT_AT_COMMIT`). Ranks that have not said so within `GROW_ACK_SECONDS`, or not stopped within
 `GROW_COMMIT_SECONDS`, are ended.
+In an elastic job that goes on in place (`in_place`, and every rank said it can:
+`membership.CAN_REFORM`), a failure does not end the ranks still running that say they wait for
+the next membership (`membership.REFORM_WAIT`, within `REFORM_SAY_SECONDS`): they are handed over
+(`kept`, `hand_over`) to the next membership's supervisor (`take_over`), their output relabelled
+with their new numbers. When ranks say they lost a peer and no rank has exited
+`CAUSE_GRACE_SECONDS` later (a host cut off), the ranks that said nothing are the lost ones: their
+ssh is killed, and they are named as having stopped answering.
 """
 
 import math
@@ -40,6 +47,41 @@ STDERR_EOF_SECONDS = 1.0
 # GROW_COMMIT_SECONDS to stop together at their next commit before the launcher ends them.
 GROW_ACK_SECONDS = 3.0
 GROW_COMMIT_SECONDS = 600.0
+# In an elastic job that goes on in place: after a failure, the ranks still running have
+# REFORM_SAY_SECONDS to say that they wait for the next membership (`membership.REFORM_WAIT`; a
+# rank learns that it lost a peer when a collective fails: at once for a peer that exited, within
+# the connections' keepalive for a host cut off), or the job starts again. A rank waits at most
+# REFORM_WAIT_SECONDS for its membership (`membership.REFORM_SECONDS`).
+REFORM_SAY_SECONDS = 10.0
+REFORM_WAIT_SECONDS = 120.0
+
+
+class Relay:
+    """Where one stream of a rank goes; changed when the rank is renumbered (a job that goes on in
+    place).
+
+    Args:
+        take: a function that takes a line (bytes).
+    """
+
+    def __init__(self, take):
+        self.take = take
+
+    def __call__(self, line):
+        self.take(line)
+
+
+class Kept:
+    """A rank that goes on in the job's next membership, handed from one `Supervisor` to the next.
+
+    Args:
+        rank: its `LocalRank` or `RemoteRank`.
+        relays: its (stdout, stderr) `Relay`s.
+        threads: the threads that read them.
+    """
+
+    def __init__(self, rank, relays, threads):
+        self.rank, self.relays, self.threads = rank, relays, threads
 
 
 class Supervisor:
@@ -59,8 +101,14 @@ class Supervisor:
     0
     """
 
-    def __init__(self, ranks, output, interrupt=None):
+    def __init__(self, ranks, output, interrupt=None, in_place=False):
         self.ranks = ranks
+        self.in_place = in_place  # after a failure, ranks that wait for the next membership are kept
+        self.kept = None  # after such a failure: the `Kept` ranks, by rank
+        self._reform_seen = None  # when a rank first said it lost a peer and waits (in place)
+        self._unanswering = set()  # ranks ended because the others lost them and they said nothing
+        self._relays = {}  # rank -> its (stdout, stderr) Relays
+        self._pumps = {}  # rank -> the threads reading its stdout and stderr
         self.output = output
         self.interrupt = interrupt  # called at each poll: a reason to end a running job, or None
         self.interrupted = None  # the reason the job was ended by `interrupt`
@@ -88,8 +136,31 @@ class Supervisor:
             pump_stdout, pump_stderr: functions that copy one of its streams, line by line, to
                 the function they are given (`output.pump` bound to a stream, or `RemoteRank`'s).
         """
-        self._thread(pump_stdout, self.output.stream(r, stdout=True))
-        self._stderr_pumps[r] = self._thread(pump_stderr, self.output.stream(r, stdout=False))
+        relays = Relay(self.output.stream(r, stdout=True)), Relay(self.output.stream(r, stdout=False))
+        self._relays[r] = relays
+        self._pumps[r] = (self._thread(pump_stdout, relays[0]), self._thread(pump_stderr, relays[1]))
+        self._stderr_pumps[r] = self._pumps[r][1]
+
+    def hand_over(self, r):
+        """Lets rank `r` go on into the next membership: this supervisor no longer watches nor ends it.
+
+        Returns:
+            A `Kept` for the next supervisor's `take_over`.
+        """
+        rank = self.ranks.pop(r)
+        threads = self._pumps.pop(r)
+        self._threads = [t for t in self._threads if t not in threads]
+        self._stderr_pumps.pop(r, None)
+        return Kept(rank, self._relays.pop(r), threads)
+
+    def take_over(self, r, kept):
+        """Watches a rank handed over by the previous membership's supervisor, now as rank `r`."""
+        self.ranks[r] = kept.rank
+        for relay, stdout in zip(kept.relays, (True, False)):
+            relay.take = self.output.stream(r, stdout=stdout)
+        self._relays[r], self._pumps[r] = kept.relays, kept.threads
+        self._threads.extend(kept.threads)
+        self._stderr_pumps[r] = kept.threads[1]
 
     def _thread(self, target, *args):
         t = threading.Thread(target=target, args=args, daemon=True)
@@ -161,9 +232,27 @@ class Supervisor:
         """Whether a rank failed by itself, or a lost-peer failure has waited long enough for one."""
         failed = {r: seen for r, (code, seen) in self.exits.items() if self._failed(code)}
         if not failed:
-            return False
+            return self._lost_without_an_exit()
         return (any(not self._reads_as_consequence(r) for r in failed) or
                 time.monotonic() - min(failed.values()) > CAUSE_GRACE_SECONDS)
+
+    def _lost_without_an_exit(self):
+        """In a job that goes on in place: ranks said they lost a peer and wait, and no rank has
+        exited `CAUSE_GRACE_SECONDS` later (a host cut off, whose ssh may take minutes to notice):
+        the ranks still running that said nothing are the ones lost. They are ended (their ssh
+        killed), so that the job can go on without them; True then."""
+        if not self.in_place or not self.output.reforming:
+            return False
+        if self._reform_seen is None:
+            self._reform_seen = time.monotonic()
+        lost = [r for r in self.ranks if r not in self.exits and r not in self.output.reforming]
+        if not lost or time.monotonic() - self._reform_seen <= CAUSE_GRACE_SECONDS:
+            return False
+        for r in lost:
+            self._unanswering.add(r)
+            self.ranks[r].force()
+        self._wait_all(remote_rank.SSH_EXIT_GRACE, silent=set(self.ranks) - set(lost))
+        return True
 
     def _say(self, message):
         sys.stderr.write(f"tfring run: {message}\n")
@@ -286,9 +375,41 @@ class Supervisor:
             ends.append(first_failure.RankEnd(r, code, seen, seen >= stopping_since, self._stderr_tail(r)))
         cause, others = first_failure.blame(ends)
         line = self.ranks[cause.rank].describe_failure(cause.code)
+        if cause.rank in self._unanswering:
+            line = f"rank {cause.rank} on host {self.ranks[cause.rank].slot.host} stopped answering (the other ranks lost it)"
         self.cause = (cause.rank, line, first_failure.reads_as_consequence(cause.tail))
         self._say(first_failure.summary(line, cause.tail, others))
         return cause.code
+
+    def end_kept(self):
+        """Ends the ranks handed over after a failure, when the job starts again instead of going
+        on with them (SIGTERM, then SIGKILL after the grace)."""
+        if not self.kept:
+            return
+        for r, kept in self.kept.items():
+            self.ranks[r] = kept.rank
+            self._threads.extend(kept.threads)
+        self.kept = None
+        self.output.hide_stderr()  # (their tracebacks of SIGTERM)
+        self.terminate()
+        self._join_output()
+
+    def _keep_waiting_ranks(self):
+        """In a job that goes on in place, where every rank said it can: once every rank still
+        running has said that it waits for the next membership (within `REFORM_SAY_SECONDS`),
+        hands them all over (`kept`); if one has not, or the launcher was signalled, keeps none."""
+        if not self.in_place or any(r not in self.output.can_reform for r in self.ranks):
+            return
+        deadline = time.monotonic() + REFORM_SAY_SECONDS
+        while True:
+            self._poll_all()
+            running = [r for r in self.ranks if r not in self.exits]
+            waiting = all(r in self.output.reforming for r in running)
+            if waiting or time.monotonic() > deadline or self.signalled is not None:
+                break
+            time.sleep(POLL_SECONDS)
+        if running and waiting and self.signalled is None:
+            self.kept = {r: self.hand_over(r) for r in running}
 
     def _join_output(self):
         """Lets the output threads finish (at most 5 s in all), so the launcher's line comes last."""
@@ -308,6 +429,7 @@ class Supervisor:
         if self.signalled is not None:
             code = self._stop_on_signal()
         elif any(self._failed(code) for code, _ in self.exits.values()):
+            self._keep_waiting_ranks()
             code = self._stop_on_failure()
         elif self.interrupted is not None and not self._all_ended_well():
             self.grown = True
