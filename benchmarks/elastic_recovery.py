@@ -135,8 +135,10 @@ def _measure(args, out, save_freq, way, hosts):
     with open(discover, "w") as f:
         f.write(f"#!/bin/sh\ncat {shlex.quote(listed)}\n")
     os.chmod(discover, 0o700)
+    # (TMPDIR: the hosts' copies of the commits go into the trial's folder, the lost host's too.)
     where = ["--rsh", shlex.join(hosts.ssh_command)] + [
         a for k in ("PYTHONPATH",) if k in os.environ for a in ("-x", f"{k}={os.environ[k]}")] if hosts else []
+    where += ["-x", f"TMPDIR={out}"]
     cmd = [sys.executable, "-m", "tfring", "run", "--min-np", "1", "--host-discovery-script", discover,
            "--blacklist-cooldown-range", "0", "0", "--timeout", str(args.timeout), *where, sys.executable, HERE, "--worker", "--out", out,
            "--save-freq", str(save_freq), "--way", way]

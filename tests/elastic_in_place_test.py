@@ -225,7 +225,9 @@ def test_survivors_go_on_in_their_processes_to_the_uninterrupted_weights(tmp_pat
 
 
 def test_a_step_traced_before_the_job_re_formed_fails_saying_to_trace_it_again(tmp_path, launcher_of):
-    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="loop", STALE="1")
+    scratch = tmp_path / "tmp"  # (the job fails: its commits stay in its temporary folder)
+    scratch.mkdir()
+    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="loop", STALE="1", TMPDIR=str(scratch))
     (tmp_path / "train.py").write_text(SCRIPT)
     launcher = launcher_of(tmp_path / "train.py", env)
     codes = _lose_rank_2(launcher)

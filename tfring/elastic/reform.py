@@ -1,12 +1,14 @@
 """Going on in the same process when an elastic job loses ranks (`tfring.elastic.run`).
 
 A rank that lost a peer (a collective failed: the peer's process or host is gone) asks the
-launcher for the job's next membership instead of exiting, when the launcher offers it (`TFRING_REFORM_SECONDS`: `launch.membership`). Given one,
-it leaves the old ring (`tfring.runtime.reform`), takes its new rank and size in the model's
-`RingStrategy`, drops the model's traced Keras functions, and `run` resumes from the commit the
-ranks hold in memory: no process starts, no TensorFlow import, no checkpoint read.
+launcher for the job's next membership instead of exiting, when the launcher offers it
+(`TFRING_REFORM_SECONDS`: `launch.membership`). Given one, it leaves the old ring
+(`tfring.runtime.reform`), takes its new rank and size in the model's `RingStrategy`, drops the
+model's traced Keras functions, and `run` resumes from the commit the ranks hold in memory: no
+process starts, no TensorFlow import, no checkpoint read.
 
-What cannot go on in place says why and exits as before (the launcher then starts the job again):
+What cannot go on in place does not say it can (`announce`), and exits as before (the launcher
+then starts the job again):
 a job of one rank before or after (its steps are traced without collectives), an optimizer whose
 state is sharded (each rank holds only its slots in memory), gradients reduced over a process set
 or through a communication hook with rank-local state. A job that grows still starts again

@@ -382,7 +382,10 @@ def _run_elastic(command, num_processes, options, elastic_options):
 
         with _signals_to(to_both):
             try:
-                job.reform(last[0].secret) if kept else job.start()
+                if kept:
+                    job.reform(last[0].secret)  # (the kept ranks' secret: theirs since they started)
+                else:
+                    job.start()
             except StartError as e:
                 if e.host is None or runner.signalled is not None:
                     raise
