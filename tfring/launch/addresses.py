@@ -135,9 +135,7 @@ def free_port(host="127.0.0.1"):
     Returns:
         An int.
     """
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(host, 1)[0]
 
 
 def default_address():

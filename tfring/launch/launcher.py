@@ -12,6 +12,7 @@ channel. Before any rank starts, each host reports what it runs: another tfring 
 TensorFlow version than rank 0's host fails the start, naming the host.
 """
 
+import collections
 import dataclasses
 import functools
 import os
@@ -186,18 +187,19 @@ class Job:
         for slot, kept in zip(self.slots, self.kept):
             kept.rank.slot = slot
             self.supervisor.take_over(slot.rank, kept)
-        store_addr = self._kept_store_address()
+        store_addr = self._store_address(self._this_host_address() if self.remote_slots else None)
         for slot in self.slots:
             self.ranks[slot.rank].reform(self._rank_env(slot, store_addr, secret, job_id))
 
-    def _kept_store_address(self):
-        """Where the new rank 0 serves the store: a port its host offered when the job started
-        (elastic jobs ask every host for one), or a free one here."""
-        rank0 = self.ranks[0]
+    def _store_address(self, here):
+        """Where rank 0 serves the store: on another host, a port that host offered when it
+        answered (rank 0 of an elastic job may move to any host: each offers some); here, a free
+        port on `here` (the address this host advertises, or None on one host)."""
+        rank0 = self.ranks.get(0)
         if isinstance(rank0, remote_rank.RemoteRank):
             return f"{rank0.reply['address']}:{rank0.store_port()}"
-        here = self._this_host_address() if self.remote_slots else "127.0.0.1"
-        return f"{here}:{addresses.free_port(here)}"
+        host = here or "127.0.0.1"
+        return f"{host}:{addresses.free_port(host)}"
 
     def _local_env(self, here):
         """This host's ranks see the launcher's environment; in a job across hosts they advertise `here`."""
@@ -273,11 +275,9 @@ class Job:
     def _addresses(self):
         """Rank 0's store address, and the address this host's ranks advertise (None on one host)."""
         if not self.ranks:
-            return f"127.0.0.1:{addresses.free_port()}", None
+            return self._store_address(None), None
         here = self._this_host_address() if self.runs_here or 0 not in self.ranks else None
-        if 0 in self.ranks:
-            return f"{self.ranks[0].reply['address']}:{self.ranks[0].store_port()}", here
-        return f"{here}:{addresses.free_port(here)}", here
+        return self._store_address(here), here
 
     def _this_host_address(self):
         """--interface, else TFRING_HOST, else the address the other hosts' sshd saw us come from."""
@@ -296,10 +296,7 @@ class Job:
 
 def _hosts_of(names):
     """The host list of ranks on hosts `names` (in rank order: a host's ranks are together)."""
-    counts = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
-    return [hostlist.Host(name, n) for name, n in counts.items()]
+    return [hostlist.Host(name, n) for name, n in collections.Counter(names).items()]
 
 
 def _working_directory(environ):

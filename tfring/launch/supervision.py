@@ -107,8 +107,7 @@ class Supervisor:
         self.kept = None  # after such a failure: the `Kept` ranks, by rank
         self._reform_seen = None  # when a rank first said it lost a peer and waits (in place)
         self._unanswering = set()  # ranks ended because the others lost them and they said nothing
-        self._relays = {}  # rank -> its (stdout, stderr) Relays
-        self._pumps = {}  # rank -> the threads reading its stdout and stderr
+        self._followed = {}  # rank -> its (stdout, stderr) Relays, and the threads reading them
         self.output = output
         self.interrupt = interrupt  # called at each poll: a reason to end a running job, or None
         self.interrupted = None  # the reason the job was ended by `interrupt`
@@ -117,7 +116,6 @@ class Supervisor:
         self.exits = {}  # rank -> (exit code, time.monotonic() when the exit was first seen)
         self.signalled = None  # SIGINT/SIGTERM received by the launcher (the handler only records it)
         self._threads = []
-        self._stderr_pumps = {}  # rank -> the thread reading its stderr
         self._consequences = {}  # rank -> whether its stderr reads as a lost peer
         self.cause = None  # after a failure: (the rank blamed, the line naming it, whether it only lost a peer)
 
@@ -137,9 +135,7 @@ class Supervisor:
                 the function they are given (`output.pump` bound to a stream, or `RemoteRank`'s).
         """
         relays = Relay(self.output.stream(r, stdout=True)), Relay(self.output.stream(r, stdout=False))
-        self._relays[r] = relays
-        self._pumps[r] = (self._thread(pump_stdout, relays[0]), self._thread(pump_stderr, relays[1]))
-        self._stderr_pumps[r] = self._pumps[r][1]
+        self._followed[r] = relays, (self._thread(pump_stdout, relays[0]), self._thread(pump_stderr, relays[1]))
 
     def hand_over(self, r):
         """Lets rank `r` go on into the next membership: this supervisor no longer watches nor ends it.
@@ -147,20 +143,17 @@ class Supervisor:
         Returns:
             A `Kept` for the next supervisor's `take_over`.
         """
-        rank = self.ranks.pop(r)
-        threads = self._pumps.pop(r)
+        relays, threads = self._followed.pop(r)
         self._threads = [t for t in self._threads if t not in threads]
-        self._stderr_pumps.pop(r, None)
-        return Kept(rank, self._relays.pop(r), threads)
+        return Kept(self.ranks.pop(r), relays, threads)
 
     def take_over(self, r, kept):
         """Watches a rank handed over by the previous membership's supervisor, now as rank `r`."""
         self.ranks[r] = kept.rank
         for relay, stdout in zip(kept.relays, (True, False)):
             relay.take = self.output.stream(r, stdout=stdout)
-        self._relays[r], self._pumps[r] = kept.relays, kept.threads
+        self._followed[r] = kept.relays, kept.threads
         self._threads.extend(kept.threads)
-        self._stderr_pumps[r] = kept.threads[1]
 
     def _thread(self, target, *args):
         t = threading.Thread(target=target, args=args, daemon=True)
@@ -215,8 +208,8 @@ class Supervisor:
     def _stderr_tail(self, r):
         """Rank `r`'s last stderr lines, once they have arrived (a helper it left running may hold
         its stderr open: then what came within `STDERR_EOF_SECONDS`)."""
-        if r in self._stderr_pumps:
-            self._stderr_pumps[r].join(timeout=STDERR_EOF_SECONDS)
+        if r in self._followed:
+            self._followed[r][1][1].join(timeout=STDERR_EOF_SECONDS)  # (its stderr's thread)
         return self.output.tail(r)
 
     def _reads_as_consequence(self, r):
