@@ -28,11 +28,12 @@ from elastic_test import discovery
 from elastic_test import env_of
 from tfring.launch import addresses
 from tfring.launch import membership
+from tfring.launch import variables
 
 pytestmark = pytest.mark.multiprocess
 
 SCRIPT = r'''
-import os, signal
+import os, signal, time
 import numpy as np
 import tensorflow as tf
 import keras
@@ -41,7 +42,8 @@ import tfring
 tf.config.threading.set_intra_op_parallelism_threads(1)
 print(f"started pid {os.getpid()}", flush=True)
 out, kind, mode = os.environ["OUT"], os.environ["OPT"], os.environ["MODE"]
-keras.utils.set_random_seed(1)
+if "UNSEEDED" not in os.environ:
+    keras.utils.set_random_seed(1)
 rng = np.random.default_rng(0)
 x = rng.standard_normal((240, 8)).astype("float32")
 y = (x[:, :1] - 2 * x[:, 1:2]).astype("float32")
@@ -56,11 +58,23 @@ state.register_reset_callbacks([lambda: print(f"reset: {tfring.size()} rank(s) f
 
 
 def maybe_die(at):
-    if at and strategy.size == 3 and strategy.rank == int(os.environ.get("LOST", "2")):
+    if at and "GROW" not in os.environ and strategy.size == 3 and strategy.rank == int(os.environ.get("LOST", "2")):
         if "HOSTS" in os.environ:  # (under tfring run: its slot goes with it)
             with open(os.environ["HOSTS"], "w") as f:
                 f.write("localhost:2\n")
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def maybe_wait_for_growth(at):
+    # The test tells the 2 ranks, once both wait here, that the job may grow; they stop together
+    # at their next commit.
+    if at and "GROW" in os.environ and strategy.size == 2:
+        print("waiting for growth", flush=True)
+        for _ in range(600):
+            if tfring.runtime.hosts_updated():
+                return
+            time.sleep(0.1)
+        raise TimeoutError("never told that the job may grow")
 
 
 class Die(keras.callbacks.Callback):
@@ -69,6 +83,7 @@ class Die(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         maybe_die(self.epoch == 2 and batch == 2)  # (commits after batches 1 and 3 of each epoch)
+        maybe_wait_for_growth(self.epoch == 1 and batch == 0)
 
 
 @tfring.elastic.run
@@ -105,6 +120,7 @@ def loop(state):
     while state.step < 20:
         train_step(*next(batches))
         state.step += 1
+        maybe_wait_for_growth(state.step == 5)
         if state.step % 2 == 0:
             state.commit()
         maybe_die(state.step == 11)
@@ -133,15 +149,25 @@ class ScriptedLauncher:
     def start(self, size):
         job = self.identity(0, size, 0)
         for rank in range(size):
-            read_end, write_end = os.pipe()
-            env = {**self.env, **job, "TFRING_RANK": str(rank), "TFRING_LOCAL_RANK": str(rank),
-                   "TFRING_SECRET": self.secret, "TFRING_ELASTIC_ID": self.elastic_id, "TFRING_TIMEOUT": "30",
-                   "TFRING_LAUNCHER_FD": str(read_end), membership.REFORM_SECONDS: "120"}
-            with open(self.log(rank, "out"), "w") as out, open(self.log(rank, "err"), "w") as err:
-                proc = subprocess.Popen([sys.executable, str(self.script)], env=env, stdout=out, stderr=err,
-                                        pass_fds=(read_end,), stdin=subprocess.DEVNULL)
-            os.close(read_end)
-            self.ranks[rank] = (proc, write_end)
+            self.spawn(rank, {**job, "TFRING_RANK": str(rank), "TFRING_LOCAL_RANK": str(rank)})
+
+    def spawn(self, rank, identity):
+        read_end, write_end = os.pipe()
+        env = {**self.env, **identity, "TFRING_SECRET": self.secret, "TFRING_ELASTIC_ID": self.elastic_id,
+               "TFRING_TIMEOUT": "30", "TFRING_LAUNCHER_FD": str(read_end), membership.REFORM_SECONDS: "120"}
+        with open(self.log(rank, "out"), "w") as out, open(self.log(rank, "err"), "w") as err:
+            proc = subprocess.Popen([sys.executable, str(self.script)], env=env, stdout=out, stderr=err,
+                                    pass_fds=(read_end,), stdin=subprocess.DEVNULL)
+        os.close(read_end)
+        self.ranks[rank] = (proc, write_end)
+
+    def join(self, rank, size):
+        """Starts rank `rank` of a job growing to `size` ranks (all on this host), as a joining rank."""
+        self.spawn(rank, {membership.JOINING: f"{rank} {size} {rank} {size}"})
+
+    def tell_growth(self):
+        for _, write_end in self.ranks.values():
+            os.write(write_end, variables.GROW_NOTICE)
 
     def log(self, rank, stream):
         return self.tmp_path / f"rank{rank}.{stream}"
@@ -222,6 +248,74 @@ def test_survivors_go_on_in_their_processes_to_the_uninterrupted_weights(tmp_pat
         went_on = np.load(tmp_path / f"w-{mode}-{kind}-job-{rank}of2.npy")
         assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
     assert list((scratch / f"tfring-{os.geteuid()}").iterdir()) == []  # the commits' copies removed at the end
+
+
+def _grow_to_3(launcher, timeout=300):
+    """2 ranks, told mid-training that the job may grow, stop at their next commit and wait; a
+    third rank starts as a joining rank; once it waits too, all three get their membership."""
+    launcher.start(2)
+    for rank in (0, 1):
+        wait_for_output(launcher, rank, "waiting for growth", 240)
+    launcher.tell_growth()
+    for rank in (0, 1):
+        launcher.wait_for_line(rank, membership.REFORM_WAIT, 60)
+    launcher.join(2, 3)
+    launcher.wait_for_line(2, membership.REFORM_WAIT, 120)
+    launcher.reform([0, 1, 2])
+    return launcher.wait(timeout)
+
+
+def wait_for_output(launcher, rank, line, timeout):
+    deadline = time.monotonic() + timeout
+    while line not in launcher.text(rank, "out"):
+        assert time.monotonic() < deadline and launcher.ranks[rank][0].poll() is None, launcher.text(rank, "err")[-3000:]
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("mode,kind", [("fit", "sgd"), ("fit", "adam"), ("loop", "sgd")])
+def test_a_job_grows_in_its_processes_to_the_uninterrupted_weights(tmp_path, launcher_of, mode, kind):
+    # The two ranks keep their processes; the third starts alone, joins at their commit, and
+    # takes the state from their memory (its host holds no commit).
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = env_of(OUT=str(tmp_path), OPT=kind, MODE=mode, GROW="1", TMPDIR=str(scratch),
+                 **{membership.GROWS_IN_PLACE: "1"})
+    launcher = launcher_of(alone_first(tmp_path, SCRIPT, env), env)
+    codes = _grow_to_3(launcher)
+    assert codes == {0: 0, 1: 0, 2: 0}, [launcher.text(r, "err")[-2000:] for r in (0, 1, 2)]
+    resumed = {"fit": "from epoch 1 batch 2 step 0", "loop": "from epoch 0 batch 0 step 6"}[mode]
+    for rank in (0, 1, 2):
+        out = launcher.text(rank, "out")
+        assert out.count("started pid") == 1, out
+        assert f"reset: 3 rank(s) {resumed}" in out, out
+        assert f"now rank {rank} of 3" in launcher.text(rank, "err")
+    assert "started to join the running job" in launcher.text(2, "err")
+    one = np.load(tmp_path / f"w-{mode}-{kind}-alone-0of1.npy")
+    for rank in (0, 1, 2):
+        grown = np.load(tmp_path / f"w-{mode}-{kind}-job-{rank}of3.npy")
+        assert np.max(np.abs(grown - one)) <= 1e-5, np.max(np.abs(grown - one))
+
+
+def test_a_joining_rank_with_another_random_state_fails_the_job_saying_so(tmp_path, launcher_of):
+    # The script seeds nothing on the joining rank: its NumPy state is not the one the two ranks
+    # took from rank 0 at their start, so data made from it could differ. Every rank fails, naming it.
+    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="fit", GROW="1", **{membership.GROWS_IN_PLACE: "1"})
+    (tmp_path / "train.py").write_text(SCRIPT)
+    launcher = launcher_of(tmp_path / "train.py", env)
+    launcher.start(2)
+    for rank in (0, 1):
+        wait_for_output(launcher, rank, "waiting for growth", 240)
+    launcher.tell_growth()
+    for rank in (0, 1):
+        launcher.wait_for_line(rank, membership.REFORM_WAIT, 60)
+    launcher.env = {**env, "UNSEEDED": "1"}
+    launcher.join(2, 3)
+    launcher.wait_for_line(2, membership.REFORM_WAIT, 120)
+    launcher.reform([0, 1, 2])
+    codes = launcher.wait(120)
+    assert all(code not in (0, None) for code in codes.values()), codes
+    for rank in (0, 1, 2):
+        assert "ranks [2] took another than rank 0" in launcher.text(rank, "err"), launcher.text(rank, "err")[-2000:]
 
 
 def test_a_step_traced_before_the_job_re_formed_fails_saying_to_trace_it_again(tmp_path, launcher_of):

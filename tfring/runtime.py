@@ -28,6 +28,7 @@ _grow_notice = threading.Event()  # set when the launcher says the elastic job m
 _commits = threading.Event()  # set once this rank commits (tfring.elastic): it answers a grow notice
 _memberships = queue.Queue()  # the launcher's memberships for this process (launch.membership), in order
 _config = []  # the Config of the last init(): a re-formed job (`reform`) keeps its settings
+_joining = []  # (rank, size, local_rank, local_size) of a rank that joins a running job, until it does
 
 
 def _c():
@@ -62,7 +63,10 @@ def init(config=None, **options):
         return
     config = config or Config.resolve(**options)
     _config[:] = [config]
-    info = _cluster.find_store(_cluster.discover(), config.rendezvous_timeout)
+    place = _membership.joining_place(os.environ)
+    _joining[:] = [place] if place else []
+    # A rank started into a running elastic job starts alone; it meets the job's ranks at `reform`.
+    info = _cluster.ClusterInfo() if _joining else _cluster.find_store(_cluster.discover(), config.rendezvous_timeout)
     err = ctypes.create_string_buffer(4096)
     rc = c.tfring_init(config.record(info).encode(), err, len(err))
     if rc != 0:
@@ -184,6 +188,7 @@ def reform(env):
         TimeoutError: the new membership's ranks did not all show up within `rendezvous_timeout`.
     """
     shutdown()
+    os.environ.pop(_membership.JOINING, None)
     os.environ.update(env)
     _grow_notice.clear()
     started = time.monotonic()
@@ -211,9 +216,23 @@ def _topology():
     c = _c()
     if not c.tfring_initialized():
         init()
+    if _joining:
+        return list(_joining[0])
     vals = [ctypes.c_int() for _ in range(4)]
     c.tfring_topology(*[ctypes.byref(v) for v in vals])
     return [v.value for v in vals]
+
+
+def joining():
+    """Whether this process is a rank started into a running elastic job that has not joined it
+    yet (`launch.membership.JOINING`): until `reform` it runs alone, so its collectives answer
+    with its own values, while `rank()` and `size()` already give its place in the job it joins.
+
+    Returns:
+        bool.
+    """
+    _topology()
+    return bool(_joining)
 
 
 def rank():

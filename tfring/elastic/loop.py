@@ -18,7 +18,8 @@ def run(func):
     job's first start rank 0's, after a restart (a failed rank, or hosts added or removed) the
     newest commit any host holds, after which the state's reset callbacks run. When the launcher
     finds more slots, the ranks stop together at their next commit (`HostsUpdatedInterrupt`) and
-    exit, and the launcher starts them again on every slot, from that commit. When `func` returns
+    exit, and the launcher starts them again on every slot, from that commit (or, where the
+    launcher grows jobs in place, they wait in their processes for the new ranks to join). When `func` returns
     on every rank, the hosts' copies of the commits are removed. Where the launcher offers it
     (`tfring.elastic.reform`), ranks that lose a peer instead go on in their processes: they
     re-form the job without it and call `func` again from the commit they hold in memory.
@@ -40,6 +41,7 @@ def run(func):
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
+        reform.join(state)  # (a rank started into a running job joins it here)
         while True:
             state.resume()
             reform.announce(state)
@@ -47,7 +49,8 @@ def run(func):
                 result = func(state, *args, **kwargs)
                 break
             except elastic_state.HostsUpdatedInterrupt:  # (on every rank, at one commit)
-                sys.exit(variables.LEFT_AT_COMMIT)  # the launcher starts the job again on more slots
+                if not (reform.grows_in_place() and reform.rejoin(state, "the hosts changed")):
+                    sys.exit(variables.LEFT_AT_COMMIT)  # the launcher starts the job again on more slots
             except reform.LOST_PEER as e:
                 if not reform.rejoin(state, f"lost a peer ({_cause(e)})"):
                     raise

@@ -7,23 +7,32 @@ launcher for the job's next membership instead of exiting, when the launcher off
 model's traced Keras functions, and `run` resumes from the commit the ranks hold in memory: no
 process starts, no TensorFlow import, no checkpoint read.
 
+A job grows the same way where the launcher offers it (`TFRING_GROWS_IN_PLACE`): its ranks stop
+at a commit (`HostsUpdatedInterrupt`) and wait for the next membership, and the launcher starts the
+new slots' ranks as joining ranks (`TFRING_JOINING`): such a rank runs alone until it reaches
+`run` (its start's collectives, from `RingStrategy()` to building the model, answer with its own
+values, which the commit then replaces), then joins (`join`) and takes the commit from the ranks
+that hold it. As it joins, every rank compares the global random state it took at its start
+(`shared_seed.state_digest`): a joining rank cannot take the job's, so a script that leaves NumPy's
+or Python's generator unseeded fails there, saying so, rather than feed ranks different data.
+
 What cannot go on in place does not say it can (`announce`), and exits as before (the launcher
 then starts the job again):
 a job of one rank before or after (its steps are traced without collectives), an optimizer whose
 state is sharded (each rank holds only its slots in memory), gradients reduced over a process set
-or through a communication hook with rank-local state. A job that grows still starts again
-(the new ranks' start runs collectives, from `RingStrategy()` to building the model, that ranks
-already running would not).
+or through a communication hook with rank-local state.
 """
 
 import os
 import sys
 
+import numpy as np
 import tensorflow as tf
 
 from tfring import runtime
 from tfring.launch import membership
 from tfring.launch import variables
+from tfring.ops import collectives
 from tfring.strategy.sharding import optimizer_state
 
 # The errors of a collective whose peer is gone (its connection closed, or it stopped answering).
@@ -38,6 +47,12 @@ def offered():
         return float(text) if text else None
     except ValueError:
         return None
+
+
+def grows_in_place():
+    """Whether the launcher lets ranks that stop for a growth (`HostsUpdatedInterrupt`) wait for
+    the next membership in their processes, instead of exiting to be started again."""
+    return os.environ.get(membership.GROWS_IN_PLACE) == "1" and offered() is not None
 
 
 def _strategy(state):
@@ -99,13 +114,54 @@ def rejoin(state, why):
     if reason is not None:
         _say(rank, f"{why}; cannot go on in this process: {reason}")
         return False
-    took = runtime.reform(env)
     state._in_place = True  # (resume then reads the commit in memory)
+    _enter(state, env)
+    return True
+
+
+def join(state):
+    """Where this process was started into a running elastic job (`runtime.joining()`), waits for
+    the launcher's membership and joins it; `run` then gives it the job's commit. Otherwise nothing.
+
+    Args:
+        state: the `tfring.elastic.State` whose model joins.
+
+    Raises:
+        RuntimeError: the state cannot go on in place, or no membership came in time.
+    """
+    if not runtime.joining():
+        return
+    seconds, rank = offered(), runtime.rank()
+    reason = why_not(state) or ("the launcher offers no time to wait for it" if seconds is None else None)
+    if reason is None:
+        _say(rank, f"started to join the running job; {membership.REFORM_WAIT}")
+        env = runtime.next_membership(seconds)
+        reason = _unusable(env, seconds)
+    if reason is not None:
+        raise RuntimeError(f"tfring.elastic: rank {rank} was started to join a running job but cannot: {reason}")
+    _enter(state, env)
+
+
+def _enter(state, env):
+    """Meets the membership `env`, takes this process's place in it, and checks the ranks' random state."""
+    took = runtime.reform(env)
     strategy = _strategy(state)
     strategy._follow_runtime()
     _retrace(state.model)
-    _say(rank, f"now rank {strategy.rank} of {strategy.size} (rendezvous {took:.2f} s)")
-    return True
+    _same_random_state(strategy)
+    _say(strategy.rank, f"now rank {strategy.rank} of {strategy.size} (rendezvous {took:.2f} s)")
+
+
+def _same_random_state(strategy):
+    """Raises RuntimeError on every rank unless all took the same global random state at their start."""
+    digests = np.asarray(collectives.allgather(tf.constant([strategy.random_state_digest], tf.int64))).ravel()
+    if len(set(digests.tolist())) > 1:
+        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+        raise RuntimeError(
+            f"tfring.elastic: the ranks' global random state (NumPy's, Python's, TensorFlow's seed) differs: ranks "
+            f"{differ} took another than rank 0 at their start. A rank that joins a running job keeps its own, so "
+            f"the script must seed them alike on every rank before RingStrategy() (keras.utils.set_random_seed) "
+            f"for the job to grow in its processes")
 
 
 def _unusable(env, seconds):

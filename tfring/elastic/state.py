@@ -15,6 +15,7 @@ import tensorflow as tf
 from tfring import runtime
 from tfring.elastic import commits
 from tfring.ops import collectives, objects
+from tfring.strategy import strategy_base
 from tfring.strategy.sharding import optimizer_state
 
 
@@ -285,10 +286,17 @@ class State:
         self._set_attrs()  # (`sync` then copies the variables as the last commit)
 
     def _build_optimizer(self):
-        """Builds a Keras optimizer that has not applied a step yet, so its slots can take the commit's."""
+        """Builds a Keras optimizer that has not applied a step yet, so its slots can take the commit's.
+
+        Only the ranks whose optimizer is unbuilt build it (all at a restart; a rank that joins a
+        running job alone), so its slots are made without the strategy's broadcast at creation:
+        `sync` then gives them the commit's values."""
         optimizer = self.optimizer
         if optimizer is None or getattr(optimizer, "built", True):
             return
         strategy = getattr(self.model, "distribute_strategy", None)
-        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        extended = getattr(strategy, "extended", None)
+        own = (strategy_base.while_traced(extended, "rank_own_variables", True)
+               if hasattr(extended, "rank_own_variables") else contextlib.nullcontext())
+        with strategy.scope() if strategy is not None else contextlib.nullcontext(), own:
             optimizer.build(self.model.trainable_variables if self.model is not None else self.variables)

@@ -11,7 +11,14 @@ Two kinds of message travel on the pipe, launcher to rank:
 A rank that can go on in its process says so on stderr as it starts training (`CAN_REFORM`); once
 it lost a peer it says so (a line holding `REFORM_WAIT`) and waits at most `TFRING_REFORM_SECONDS`
 for a membership; without that variable (a launcher that does not re-form jobs in place) it never
-waits.
+waits. Told that the job may grow, such ranks stop at their next commit and wait the same way when
+the launcher also sets `TFRING_GROWS_IN_PLACE` (else they exit, and the job starts again on every
+slot).
+
+A rank the launcher starts into a running elastic job (a new slot, at a growth in place) starts
+alone: `TFRING_JOINING` holds its place in the membership it joins ("rank size local_rank
+local_size"), and it joins that membership once it reaches `tfring.elastic.run`, where it waits
+for its membership as the other ranks do (`tfring.runtime.init` and `tfring.elastic.reform`).
 """
 
 import json
@@ -25,6 +32,39 @@ REFORM_WAIT = "waiting for the job's next ranks in this process (tfring.elastic)
 # line to itself): only when every rank has said it does the launcher wait for them after a failure.
 CAN_REFORM = "tfring-elastic: goes on in place when a peer is lost"
 REFORM_SECONDS = "TFRING_REFORM_SECONDS"
+GROWS_IN_PLACE = "TFRING_GROWS_IN_PLACE"
+JOINING = "TFRING_JOINING"
+
+
+def joining_place(environ):
+    """The place in the job a rank joins (`TFRING_JOINING`), or None for a rank started with its job.
+
+    Args:
+        environ: the variables to read.
+
+    Returns:
+        (rank, size, local_rank, local_size), or None.
+
+    Raises:
+        ValueError: the variable is set but is not four numbers with rank < size and
+            local_rank < local_size.
+
+    Example:
+
+    >>> joining_place({"TFRING_JOINING": "2 3 0 1"})
+    (2, 3, 0, 1)
+    """
+    text = environ.get(JOINING)
+    if not text:
+        return None
+    try:
+        rank, size, local_rank, local_size = (int(word) for word in text.split())
+    except ValueError:
+        raise ValueError(f"{JOINING}={text!r} is not `rank size local_rank local_size`") from None
+    if not (0 <= rank < size and 0 <= local_rank < local_size <= size):
+        raise ValueError(f"{JOINING}={text!r} is not a place in a job: rank {rank} of {size}, "
+                         f"local rank {local_rank} of {local_size}")
+    return rank, size, local_rank, local_size
 
 
 def encode(env):

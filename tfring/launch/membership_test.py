@@ -25,3 +25,12 @@ def test_bytes_that_are_no_message_are_named_and_dropped():
     with pytest.raises(ValueError, match=r"unexpected byte b'Z' on the launcher's pipe"):
         reader.feed(b"Z" + membership.encode({"a": "b"}))
     assert reader.feed(variables.GROW_NOTICE) == [variables.GROW_NOTICE]  # the reader goes on
+
+
+def test_a_joining_rank_reads_its_place_and_a_bad_one_is_named():
+    assert membership.joining_place({}) is None
+    assert membership.joining_place({membership.JOINING: "2 3 0 1"}) == (2, 3, 0, 1)
+    with pytest.raises(ValueError, match=r"TFRING_JOINING='2 3' is not `rank size local_rank local_size`"):
+        membership.joining_place({membership.JOINING: "2 3"})
+    with pytest.raises(ValueError, match=r"is not a place in a job: rank 3 of 3"):
+        membership.joining_place({membership.JOINING: "3 3 0 1"})

@@ -117,7 +117,8 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
         self.rank = runtime.rank()
         self.size = runtime.size()
         install.install_all()
-        shared_seed.agree_on_random_state(self.rank, self.size)
+        shared_seed.agree_on_random_state(self.rank, self.size, joining=runtime.joining())
+        self.random_state_digest = shared_seed.state_digest()  # (what a rank joining later must match)
         if device is None:
             device = replica_device(len(tf.config.list_logical_devices("GPU")), runtime.local_rank())
         bucket_bytes = buckets.agreed(settings.bucket_bytes, device, self.size)

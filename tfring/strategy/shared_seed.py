@@ -19,8 +19,13 @@ see the same data in the same order:
   `RingStrategy()` is the same everywhere. Data made before it cannot be mended here: `fit`,
   `evaluate` and `predict` compare their NumPy inputs across ranks instead (`input_digest`).
   A generator of the script's own (`np.random.default_rng()`) is not global: seed it.
+
+A rank that joins a running elastic job (`tfring.elastic`) cannot take rank 0's state from the
+job's start: it keeps its own, and `state_digest` lets the job check, as the rank joins, that it is
+the one the other ranks took (it is, when the script seeds it: `keras.utils.set_random_seed`).
 """
 
+import hashlib
 import random
 
 import numpy as np
@@ -65,13 +70,15 @@ def _set_python_state(words):
     random.setstate((version, tuple(state), _bits_float(gauss) if has_gauss else None))
 
 
-def agree_on_random_state(rank, size):
+def agree_on_random_state(rank, size, joining=False):
     """Gives every rank rank 0's NumPy and Python global random state, and TensorFlow's default
     graph seed as the global seed when none is set. Every rank must call it (one broadcast).
 
     Args:
         rank: this process's rank.
         size: the number of ranks.
+        joining: this rank joins a running job later (`tfring.runtime.joining()`): it keeps its
+            own NumPy and Python state.
 
     Returns:
         The TensorFlow global seed now in effect (None on one rank with no seed set).
@@ -84,7 +91,7 @@ def agree_on_random_state(rank, size):
         return context.global_seed()
     numpy_words, python_words = _numpy_state(), _python_state()
     offer = numpy_words + python_words
-    if rank != 0:
+    if rank != 0 and not joining:  # (a joining rank runs alone: the broadcast hands back its offer)
         offer = [0] * len(offer)
     # Every rank takes part; NumPy's position (<= 624) and Python's version keep the sizes fixed.
     agreed = [int(v) for v in collectives.broadcast(tf.constant(offer, tf.int64), root_rank=0).numpy()]
@@ -95,3 +102,19 @@ def agree_on_random_state(rank, size):
         tf.random.set_seed(random_seed.DEFAULT_GRAPH_SEED)
         return random_seed.DEFAULT_GRAPH_SEED
     return chosen
+
+
+def state_digest():
+    """A digest of the global random state now: NumPy's, Python's and TensorFlow's global seed.
+
+    Returns:
+        An int (63 bits), equal on two processes whose states are equal.
+
+    Example:
+
+    >>> keras.utils.set_random_seed(1); a = state_digest()
+    >>> keras.utils.set_random_seed(1); a == state_digest()
+    True
+    """
+    words = _numpy_state() + _python_state() + [context.global_seed() or 0]
+    return int.from_bytes(hashlib.sha256(np.array(words, np.int64).tobytes()).digest()[:8], "big") >> 1
