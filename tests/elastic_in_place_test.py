@@ -70,6 +70,9 @@ def maybe_wait_for_growth(at):
     # at their next commit.
     if at and "GROW" in os.environ and strategy.size == 2:
         print("waiting for growth", flush=True)
+        if "HOSTS" in os.environ and strategy.rank == 0:  # (under tfring run: a third slot)
+            with open(os.environ["HOSTS"], "w") as f:
+                f.write("localhost:3\n")
         for _ in range(600):
             if tfring.runtime.hosts_updated():
                 return
@@ -250,15 +253,17 @@ def test_survivors_go_on_in_their_processes_to_the_uninterrupted_weights(tmp_pat
     assert list((scratch / f"tfring-{os.geteuid()}").iterdir()) == []  # the commits' copies removed at the end
 
 
-def _grow_to_3(launcher, timeout=300):
+def _grow_to_3(launcher, timeout=300, joining_env=None):
     """2 ranks, told mid-training that the job may grow, stop at their next commit and wait; a
-    third rank starts as a joining rank; once it waits too, all three get their membership."""
+    third rank starts as a joining rank (with `joining_env`, if given); once it waits too, all
+    three get their membership."""
     launcher.start(2)
     for rank in (0, 1):
         wait_for_output(launcher, rank, "waiting for growth", 240)
     launcher.tell_growth()
     for rank in (0, 1):
         launcher.wait_for_line(rank, membership.REFORM_WAIT, 60)
+    launcher.env = joining_env or launcher.env
     launcher.join(2, 3)
     launcher.wait_for_line(2, membership.REFORM_WAIT, 120)
     launcher.reform([0, 1, 2])
@@ -302,17 +307,7 @@ def test_a_joining_rank_with_another_random_state_fails_the_job_saying_so(tmp_pa
     env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="fit", GROW="1", **{membership.GROWS_IN_PLACE: "1"})
     (tmp_path / "train.py").write_text(SCRIPT)
     launcher = launcher_of(tmp_path / "train.py", env)
-    launcher.start(2)
-    for rank in (0, 1):
-        wait_for_output(launcher, rank, "waiting for growth", 240)
-    launcher.tell_growth()
-    for rank in (0, 1):
-        launcher.wait_for_line(rank, membership.REFORM_WAIT, 60)
-    launcher.env = {**env, "UNSEEDED": "1"}
-    launcher.join(2, 3)
-    launcher.wait_for_line(2, membership.REFORM_WAIT, 120)
-    launcher.reform([0, 1, 2])
-    codes = launcher.wait(120)
+    codes = _grow_to_3(launcher, 120, joining_env={**env, "UNSEEDED": "1"})
     assert all(code not in (0, None) for code in codes.values()), codes
     for rank in (0, 1, 2):
         assert "ranks [2] took another than rank 0" in launcher.text(rank, "err"), launcher.text(rank, "err")[-2000:]
@@ -361,3 +356,46 @@ def test_tfring_run_goes_on_with_the_ranks_left_in_their_processes(tmp_path, los
     for rank in (0, 1):
         went_on = np.load(tmp_path / f"w-fit-sgd-job-{rank}of2.npy")
         assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
+
+
+def test_tfring_run_grows_the_job_in_its_processes(tmp_path):
+    # The hosts offer a third slot mid-training: the two ranks stop at their next commit and wait,
+    # the launcher starts a third rank beside them, which joins; nobody starts again.
+    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="fit", GROW="1")
+    script = alone_first(tmp_path, SCRIPT, env)
+    hosts, discover = discovery(tmp_path, 2)
+    job = subprocess.run([sys.executable, "-m", "tfring", "run", "--all-output", "--min-np", "2", "--max-np", "3",
+                          "--host-discovery-script", str(discover), sys.executable, str(script)],
+                         capture_output=True, text=True, timeout=600, env={**env, "HOSTS": str(hosts)})
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert ("the hosts now offer 3 ranks where the job runs 2: growing it in the ranks' processes, once the ranks "
+            "stop at their next commit") in job.stderr, job.stderr[-3000:]
+    assert "the ranks stopped at a commit and wait for the new ones in their processes" in job.stderr
+    assert "the job ended well after 0 failures and 1 resize" in job.stderr, job.stderr[-3000:]
+    assert job.stdout.count("started pid") == 3, job.stdout  # two at the start, one joining
+    assert job.stdout.count("reset: 3 rank(s) from epoch 1 batch 2 step 0") == 3, job.stdout
+    one = np.load(tmp_path / "w-fit-sgd-alone-0of1.npy")
+    for rank in range(3):
+        grown = np.load(tmp_path / f"w-fit-sgd-job-{rank}of3.npy")
+        assert np.max(np.abs(grown - one)) <= 1e-5, np.max(np.abs(grown - one))
+
+
+def test_tfring_run_starts_the_job_again_when_a_new_rank_cannot_join_in_its_process(tmp_path):
+    # An unseeded script: the new rank's NumPy state is not the one the two ranks took from rank 0,
+    # so it cannot join them; it says so before it waits, and the launcher starts the job again on
+    # the three slots from the commit the hosts keep (a resize, not a failure).
+    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="fit", GROW="1", UNSEEDED="1")
+    (tmp_path / "train.py").write_text(SCRIPT)
+    hosts, discover = discovery(tmp_path, 2)
+    job = subprocess.run([sys.executable, "-m", "tfring", "run", "--all-output", "--min-np", "2", "--max-np", "3",
+                          "--host-discovery-script", str(discover), sys.executable, str(tmp_path / "train.py")],
+                         capture_output=True, text=True, timeout=600, env={**env, "HOSTS": str(hosts)})
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "tfring: rank 2: cannot join the running job in this process: the random state" in job.stderr, job.stderr[-3000:]
+    assert ("tfring run: rank 2 on host localhost cannot join the running job in its process (its line says why); "
+            "starting the job again on every slot") in job.stderr, job.stderr[-3000:]
+    assert "the job ended well after 0 failures and 1 resize" in job.stderr, job.stderr[-3000:]
+    assert job.stdout.count("started pid") == 6, job.stdout  # 2, the one that could not join, then 3
+    assert job.stdout.count("reset: 3 rank(s) from epoch 1 batch 2 step 0") == 3, job.stdout
+    weights = [np.load(tmp_path / f"w-fit-sgd-job-{rank}of3.npy") for rank in range(3)]
+    assert all(np.array_equal(w, weights[0]) for w in weights)

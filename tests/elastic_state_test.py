@@ -27,7 +27,8 @@ import keras
 import tfring
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
-rank, restart = int(os.environ.get("TFRING_RANK", "0")), int(os.environ.get("TFRING_RESTART", "0"))
+print(f"started pid {os.getpid()}", flush=True)
+restarts = lambda: int(os.environ.get("TFRING_RESTART", "0"))  # (now: ranks that go on in place change it)
 out, kind, mode = os.environ["OUT"], os.environ["OPT"], os.environ["MODE"]
 epochs = int(os.environ.get("EPOCHS", "4"))
 keras.utils.set_random_seed(1)
@@ -45,9 +46,9 @@ def change_hosts(at):
     """At the first start, once `at` is true: CHANGE=lose: rank 1's slot goes, then it dies;
     CHANGE=grow: the host offers one slot more."""
     time.sleep(float(os.environ.get("SLOW", "0")))  # (time for a test, or the launcher, to act)
-    if restart != 0 or not at:
+    if restarts() != 0 or not at:
         return
-    if os.environ.get("CHANGE") == "lose" and rank == 1:
+    if os.environ.get("CHANGE") == "lose" and strategy.rank == 1:
         with open(os.environ["HOSTS"], "w") as f:
             f.write(f"localhost:{strategy.size - 1}\n")
         os.kill(os.getpid(), signal.SIGKILL)
@@ -75,19 +76,23 @@ def fit(state):
               callbacks=[tfring.elastic.CommitCallback(state, save_freq=2), ChangeHosts()])
 
 
-@tf.function
-def train_step(xb, yb):
-    def step(xb, yb):
-        with tf.GradientTape() as tape:
-            loss = keras.ops.mean(keras.ops.square(model(xb, training=True) - yb))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+def make_step():
+    @tf.function
+    def train_step(xb, yb):
+        def step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = keras.ops.mean(keras.ops.square(model(xb, training=True) - yb))
+            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
 
-    strategy.run(step, args=(xb, yb))
+        strategy.run(step, args=(xb, yb))
+    return train_step
 
 
 @tfring.elastic.run
 def loop(state):
-    # The input from the state's step, split over the ranks there are now.
+    # The step traced for the ranks there are now (ranks that go on in place call this again), and
+    # the input from the state's step, split over them.
+    train_step = make_step()
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(48).repeat().skip(state.step)
     batches = iter(strategy.experimental_distribute_dataset(data))
     while state.step < 5 * epochs:
@@ -99,7 +104,7 @@ def loop(state):
 
 
 {"fit": fit, "loop": loop}[mode](state)
-tag = f"{mode}-{kind}-{'job' if 'TFRING_RESTART' in os.environ else 'alone'}-r{restart}-{rank}of{strategy.size}"
+tag = f"{mode}-{kind}-{'job' if 'TFRING_RESTART' in os.environ else 'alone'}-r{restarts()}-{strategy.rank}of{strategy.size}"
 np.save(os.path.join(out, f"w-{tag}.npy"), np.concatenate([v.numpy().ravel() for v in model.weights]))
 '''
 

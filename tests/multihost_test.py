@@ -492,16 +492,18 @@ def _bring_back_and_end(hosts, i, proc):
         proc.wait(timeout=30)
 
 
-@pytest.mark.parametrize("lost", [2, 0], ids=["last-host", "rank-0s-host"])
+@pytest.mark.parametrize("lost,mode", [(2, "fit"), (0, "loop")], ids=["last-host-fit", "rank-0s-host-custom-loop"])
 def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_uninterrupted_weights(
-        three_hosts, tmp_path, lost):
+        three_hosts, tmp_path, lost, mode):
     # 3 hosts of one rank, a fit committing every 2 batches with tfring.elastic (tests/elastic_state_test.py):
     # between two commits one host loses every process, its link and its sshd, and leaves the host
     # list. The two ranks left go on in their processes from the commit they hold in memory (losing
     # rank 0's host loses the store: the new rank 0 serves a new one). The host comes back and is
-    # listed again: the ranks stop at their next commit and the job grows to three, and ends with
-    # the weights of the uninterrupted one-process run, leaving no commit on any host and no process behind.
-    env = {"OUT": str(tmp_path), "OPT": "sgd", "MODE": "fit", "EPOCHS": "8"}
+    # listed again: the two ranks stop at their next commit and wait in their processes, a rank
+    # starts on the host that came back and joins them, taking the commit from their memory; the
+    # job ends with the weights of the uninterrupted one-process run, leaving no commit on any host
+    # and no process behind. A `fit`, or a custom loop (`tf.function` made in the function `run` calls).
+    env = {"OUT": str(tmp_path), "OPT": "sgd", "MODE": mode, "EPOCHS": "8"}
     proc, listed, log, printed, kept = _start_committing_fit(three_hosts, tmp_path, env, min_np=2)
     try:
         _lose_a_host_between_commits(three_hosts, lost, listed, kept, proc)
@@ -510,7 +512,7 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
         three_hosts.link_up(lost, answer=False)
         three_hosts.start_sshd(lost)
         listed(*three_hosts.names)
-        _wait_for(lambda: "starting it again on them" in log.read_text(), 120, "the job did not grow", proc)
+        _wait_for(lambda: "growing it in the ranks' processes" in log.read_text(), 120, "the job did not grow", proc)
         proc.wait(timeout=300)
     finally:
         _bring_back_and_end(three_hosts, lost, proc)
@@ -522,14 +524,16 @@ def test_elastic_commits_survive_a_lost_host_and_the_job_grows_back_to_the_unint
             "going on with the 2 ranks left, in their processes (restart 1 of at most 3)") in said, said[-3000:]
     moved = [(1, 0), (2, 1)] if lost == 0 else [(0, 0), (1, 1)]
     assert all(f"tfring: rank {old}: now rank {new} of 2" in said for old, new in moved), said[-3000:]
-    assert "tfring run: the ranks stopped at a commit" in said, said[-3000:]  # (grown at a commit: nothing redone)
+    assert "tfring run: the ranks stopped at a commit and wait for the new ones in their processes" in said, said[-3000:]
+    assert "tfring: rank 2: started to join the running job" in said, said[-3000:]  # (the kept ranks' hosts first)
+    assert printed.read_text().count("started pid") == 4, printed.read_text()  # 3, then 1 joining: none again
     resets = [line.split("reset: ")[1] for line in printed.read_text().splitlines() if "reset: " in line]
-    # each membership went on from a commit, not from the start: "2 rank(s) from epoch E batch B step 0"
+    # each membership went on from a commit, not from the start: "2 rank(s) from epoch E batch B step S"
     assert [r.split()[0] for r in resets] == ["2"] * 2 + ["3"] * 3 and all(
-        r.split()[4:7:2] != ["0", "0"] for r in resets), resets
-    one = np.load(tmp_path / "w-fit-sgd-alone-r0-0of1.npy")
+        r.split()[4:9:2] != ["0", "0", "0"] for r in resets), resets
+    one = np.load(tmp_path / f"w-{mode}-sgd-alone-r0-0of1.npy")
     for r in range(3):
-        went_on = np.load(tmp_path / f"w-fit-sgd-job-r2-{r}of3.npy")
+        went_on = np.load(tmp_path / f"w-{mode}-sgd-job-r2-{r}of3.npy")
         assert np.max(np.abs(went_on - one)) <= 1e-5, np.max(np.abs(went_on - one))
     assert list(kept.iterdir()) == []
     _no_ranks_left(three_hosts)

@@ -41,7 +41,8 @@ def run(func):
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        reform.join(state)  # (a rank started into a running job joins it here)
+        if not reform.join(state):  # (a rank started into a running job joins it here)
+            sys.exit(variables.LEFT_AT_COMMIT)
         while True:
             state.resume()
             reform.announce(state)

@@ -87,7 +87,7 @@ def announce(state):
     (`launch.membership.CAN_REFORM`; the launcher waits for ranks that lost a peer only when every
     rank said so)."""
     if offered() is not None and why_not(state) is None:
-        sys.stderr.write(f"{membership.CAN_REFORM}\n")
+        sys.stderr.write(membership.can_reform_line(_strategy(state).random_state_digest) + "\n")
         sys.stderr.flush()
 
 
@@ -121,17 +121,27 @@ def rejoin(state, why):
 
 def join(state):
     """Where this process was started into a running elastic job (`runtime.joining()`), waits for
-    the launcher's membership and joins it; `run` then gives it the job's commit. Otherwise nothing.
+    the launcher's membership and joins it; `run` then gives it the job's commit.
 
     Args:
         state: the `tfring.elastic.State` whose model joins.
+
+    Returns:
+        False when it cannot join in its process because its random state is not the job's (the
+        caller exits: the launcher starts the job again on every slot); else True.
 
     Raises:
         RuntimeError: the state cannot go on in place, or no membership came in time.
     """
     if not runtime.joining():
-        return
+        return True
     seconds, rank = offered(), runtime.rank()
+    said = os.environ.get(membership.RANDOM_STATE)
+    if said and said != f"{_strategy(state).random_state_digest:x}":
+        _say(rank, "cannot join the running job in this process: the random state it took at its start (NumPy's, "
+                   "Python's, TensorFlow's seed) is not the job's; seed them on every rank before RingStrategy() "
+                   "(keras.utils.set_random_seed) for jobs to grow in their processes")
+        return False
     reason = why_not(state) or ("the launcher offers no time to wait for it" if seconds is None else None)
     if reason is None:
         _say(rank, f"started to join the running job; {membership.REFORM_WAIT}")
@@ -140,16 +150,18 @@ def join(state):
     if reason is not None:
         raise RuntimeError(f"tfring.elastic: rank {rank} was started to join a running job but cannot: {reason}")
     _enter(state, env)
+    return True
 
 
 def _enter(state, env):
     """Meets the membership `env`, takes this process's place in it, and checks the ranks' random state."""
+    rank = runtime.rank()  # (the old one, which the line names it by)
     took = runtime.reform(env)
     strategy = _strategy(state)
     strategy._follow_runtime()
     _retrace(state.model)
     _same_random_state(strategy)
-    _say(strategy.rank, f"now rank {strategy.rank} of {strategy.size} (rendezvous {took:.2f} s)")
+    _say(rank, f"now rank {strategy.rank} of {strategy.size} (rendezvous {took:.2f} s)")
 
 
 def _same_random_state(strategy):

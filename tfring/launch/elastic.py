@@ -17,8 +17,10 @@ After `--max-restarts` restarts the next failure ends the job, naming every fail
 runs, the hosts are read again every few seconds; when they offer more ranks than it runs (up to
 `--max-np`: new hosts, or a host back from its cool-down), the launcher tells the ranks; ranks that
 commit (`tfring.elastic`) stop together at their next commit, others are ended, and the job starts
-again on all of them (a resize, counted apart from failures; `supervision` holds the rule). After a
-failure the work since the ranks' last commit or checkpoint is done again.
+again on all of them (a resize, counted apart from failures; `supervision` holds the rule). Ranks
+that go on in place instead wait at that commit in their processes, and new ranks join them on the
+free slots (`launcher.Job.grow`). After a failure the work since the ranks' last commit or
+checkpoint is done again.
 
 The ranks see `TFRING_RESTART` (0 at the first start) and `TFRING_ELASTIC_ID` (the same at every
 start) and go on from their own checkpoint or their commits: a Keras script with `BackupAndRestore`
@@ -155,7 +157,10 @@ class Ending:
         code: the launcher's exit code for it.
         host: the host of the rank blamed for a failure (None: no rank failed).
         line: the line naming that failure.
-        grown: True when the launcher ended it to start again on more slots.
+        grown: True when the launcher ended it to start again on more slots (with `kept`: to go
+            on with its ranks, which wait in their processes, and new ones).
+        fell_back: with `grown`: growing in place failed before the membership ran, and every
+            rank was ended; the job starts again on every slot (the growth is not counted twice).
         lost_peer: True when the rank blamed only lost a peer (no rank was seen failing by
             itself), so its own host is not to blame.
         kept: after a failure, the ranks still running that wait to go on in place (opaque to
@@ -167,6 +172,7 @@ class Ending:
     host: str = None
     line: str = None
     grown: bool = False
+    fell_back: bool = False
     lost_peer: bool = False
     kept: list = None
     end_kept: object = None
@@ -189,7 +195,8 @@ class ElasticJob:
     Args:
         start_job: a function (hosts, size, restart, interrupt, kept) -> an `Ending`: runs one membership
             to its end, or until `interrupt()` (called while it runs) returns a reason to grow;
-            `kept` (or None) are the last membership's ranks that go on in place (then `hosts` is None).
+            `kept` (or None) are the last membership's ranks that go on in place: alone after a
+            failure (then `hosts` is None), or with new ranks on `hosts`' free slots after a growth.
         fixed_hosts: the `-H`/`--hostfile` list, or None (with a discovery script, or this host).
         default_np: `-np` (the most ranks when `--max-np` is not given).
         options: an `ElasticOptions`.
@@ -255,17 +262,18 @@ class ElasticJob:
         Raises:
             RuntimeError: too few slots (see `wait_for_slots`).
         """
-        start, kept = 0, None  # every start of the job, failures' restarts and resizes alike
+        start, kept, ending = 0, None, None  # every start of the job, failures' restarts and resizes alike
         while True:
-            if kept:
+            if kept and not ending.grown:
                 available, size = None, len(kept)
             else:
-                available = self.wait_for_slots()
+                available = self._slots_for(ending)
                 size = self._size(available)
             ending = self.start_job(available, size, start, self._growth(size), kept)
             start, kept = start + 1, None
             if ending.grown:
-                self.resizes += 1
+                self.resizes += 0 if ending.fell_back else 1
+                kept = ending.kept  # (ranks waiting for the new ones in their processes, or none)
                 continue
             if ending.code == 0 or ending.line is None:  # ended well, or stopped by a signal
                 self._report_end(ending.code)
@@ -273,7 +281,7 @@ class ElasticJob:
             self.failures.append(Failure(len(self.failures), ending.line, ending.host, ending.code))
             if len(self.failures) > self.options.max_restarts:
                 self._end_kept(ending)
-                _say(f"the job failed {len(self.failures)} times, and --max-restarts {self.options.max_restarts} "
+                say(f"the job failed {len(self.failures)} times, and --max-restarts {self.options.max_restarts} "
                      f"allows no more: {self._listed()}")
                 return ending.code
             if ending.lost_peer:  # the host that failed is the one the discovery script drops
@@ -283,10 +291,19 @@ class ElasticJob:
             restart = f"(restart {len(self.failures)} of at most {self.options.max_restarts})"
             if self._goes_on_in_place(ending):
                 kept = ending.kept
-                _say(f"{ending.line}; {out}; going on with the {len(kept)} ranks left, in their processes {restart}")
+                say(f"{ending.line}; {out}; going on with the {len(kept)} ranks left, in their processes {restart}")
                 continue
             self._end_kept(ending)
-            _say(f"{ending.line}; {out}; starting the job again {restart}")
+            say(f"{ending.line}; {out}; starting the job again {restart}")
+
+    def _slots_for(self, ending):
+        """`wait_for_slots`; ranks of the last membership waiting to grow in place are ended if it fails."""
+        try:
+            return self.wait_for_slots()
+        except RuntimeError:
+            if ending is not None:
+                self._end_kept(ending)
+            raise
 
     def _goes_on_in_place(self, ending):
         """Whether the ranks still running after a failure go on by themselves, in their processes:
@@ -326,10 +343,11 @@ class ElasticJob:
     def _report_end(self, code):
         if code == 0 and (self.failures or self.resizes):
             failures = f"{len(self.failures)} failure{'s' if len(self.failures) != 1 else ''}"
-            _say(f"the job ended well after {failures} and {self.resizes} resize"
+            say(f"the job ended well after {failures} and {self.resizes} resize"
                  f"{'s' if self.resizes != 1 else ''}" + (f": {self._listed()}" if self.failures else ""))
 
 
-def _say(message):
+def say(message):
+    """Writes one line of the launcher's (`tfring run: ...`) on stderr."""
     sys.stderr.write(f"tfring run: {message}\n")
     sys.stderr.flush()

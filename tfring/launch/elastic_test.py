@@ -71,14 +71,18 @@ class FakeJob:
         self.failing_hosts = list(failing_hosts)
         self.clock = clock
         self.starts = []
+        self.kept = []  # the `kept` each start was given
 
     def __call__(self, hosts, size, restart, interrupt, kept=None):
         self.starts.append(([h.name for h in hosts], size, restart))
+        self.kept.append(kept)
         host = self.failing_hosts.pop(0)
-        if host == "grow":  # runs until the hosts offer more
+        if host == "fall back":  # (the new ranks could not join the kept ones: all were ended)
+            return elastic.Ending(0, grown=True, fell_back=True)
+        if host in ("grow", "grow in place"):  # runs until the hosts offer more
             while not interrupt():
                 self.clock.sleep(1)
-            return elastic.Ending(0, grown=True)
+            return elastic.Ending(0, grown=True, kept=["r0"] if host == "grow in place" else None)
         return elastic.Ending(0) if host is None else elastic.Ending(7, host, f"rank 1 on host {host} exited with code 7")
 
 
@@ -221,3 +225,20 @@ def test_a_job_grows_when_the_hosts_offer_more_slots(tmp_path):
     assert "ending the ranks: they do not commit (tfring.elastic)" in proc.stderr  # (3 s to say they do)
     assert "the job ended well after 0 failures and 1 resize" in proc.stderr
     assert seconds < 30  # not the 60 s the first membership would sleep
+
+
+def test_ranks_waiting_to_grow_in_place_go_into_the_next_start_with_the_hosts_there_now(capsys):
+    clock, hosts = Clock(), [Host("a", 1), Host("b", 1)]
+    job = FakeJob(["b", "grow in place", None], clock)
+    assert _elastic(job, hosts, clock, max_restarts=1).run() == 0
+    assert [(names, size) for names, size, _ in job.starts] == [(["a", "b"], 2), (["a"], 1), (["a", "b"], 2)]
+    assert job.kept == [None, None, ["r0"]]
+    assert "the job ended well after 1 failure and 1 resize" in capsys.readouterr().err
+
+
+def test_a_growth_in_place_that_falls_back_to_starting_again_counts_once(capsys):
+    clock, hosts = Clock(), [Host("a", 1), Host("b", 1)]
+    job = FakeJob(["b", "grow in place", "fall back", None], clock)
+    assert _elastic(job, hosts, clock, max_restarts=1).run() == 0
+    assert job.kept[3] is None and job.starts[3][:2] == (["a", "b"], 2)
+    assert "the job ended well after 1 failure and 1 resize" in capsys.readouterr().err

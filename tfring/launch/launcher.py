@@ -97,6 +97,10 @@ class StartError(RuntimeError):
         self.host = host  # the host that could not be reached, when one is to blame
 
 
+class CannotGrowInPlace(RuntimeError):
+    """A new rank could not join the running job in its process (it said why); every rank was ended."""
+
+
 class Job:
     """A job being started: its ranks (local and remote), watched by its `supervision.Supervisor`.
 
@@ -108,6 +112,9 @@ class Job:
         restart: an elastic job's start count, given to the ranks as `TFRING_RESTART` (None: not elastic).
         elastic_id: an elastic job's name, the same at every start, given as `TFRING_ELASTIC_ID`.
         interrupt: for `supervision.Supervisor`: called while the job runs, a reason to end it or None.
+        kept: the `supervision.Kept` ranks of the last membership that go on in this one, in rank
+            order: alone (`reform`, after a failure: `options.hosts` is ignored), or with new ranks
+            on the slots of `options.hosts` they leave free (`grow`, up to `num_processes` ranks).
     """
 
     def __init__(self, command, num_processes, options=None, env=None, restart=None, interrupt=None, elastic_id=None,
@@ -119,8 +126,11 @@ class Job:
         self.kept = kept  # the ranks of the last membership that go on in place (`reform`), in rank order
         self.secret = None  # the job secret, once started
         if kept:
-            self.options = dataclasses.replace(self.options, hosts=_hosts_of([k.rank.slot.host for k in kept]))
-            num_processes = len(kept)
+            hosts = _hosts_of([k.rank.slot.host for k in kept])
+            if self.options.hosts is not None:  # (growing: the free slots of the hosts there now)
+                hosts = _grown_hosts(hosts, self.options.hosts, num_processes)
+            self.options = dataclasses.replace(self.options, hosts=hosts)
+            num_processes = sum(h.slots for h in hosts)
         self.slots = hostlist.plan_slots(num_processes, self.options.hosts)
         self.base_env = dict(os.environ if env is None else env)
         self.output = output.JobOutput(self.options.all_output, self.options.output_dir)
@@ -151,6 +161,7 @@ class Job:
             env[variables.RESTART] = str(self.restart)
             env[variables.ELASTIC_ID] = self.elastic_id
             env[membership.REFORM_SECONDS] = f"{supervision.REFORM_WAIT_SECONDS:g}"
+            env[membership.GROWS_IN_PLACE] = "1"
         env.update(self.options.exports)
         return env
 
@@ -183,13 +194,93 @@ class Job:
         Args:
             secret: the job secret the kept ranks started with.
         """
-        self.secret, job_id = secret, secrets.token_hex(6)
-        for slot, kept in zip(self.slots, self.kept):
+        self.secret = secret
+        self._take_over_kept()
+        self._send_memberships()
+
+    def grow(self, secret):
+        """Goes on with the ranks kept from the last membership, in their processes, and new ranks
+        on the slots they leave free: each new rank starts as a joining rank (`membership.JOINING`)
+        and, once every one of them waits at `tfring.elastic.run` (at most `GROW_JOIN_SECONDS`),
+        every rank is told its place in the new membership, as `reform` does.
+
+        Args:
+            secret: the job secret the kept ranks started with (the new ranks get it too).
+
+        Raises:
+            StartError: a new rank could not start, exited, or did not wait in time (naming its
+                host); every rank has been ended then.
+            CannotGrowInPlace: a new rank exited saying it cannot join in its process (its random
+                state is not the job's); every rank has been ended then.
+        """
+        self.secret = secret
+        self._take_over_kept()
+        new = [s for s in self.slots if s.rank not in self.ranks]
+        local_rank.become_subreaper()
+        self._connect_remotes([s for s in new if s in self.remote_slots])
+        here = self._this_host_address() if self.remote_slots else None
+        for slot in new:
+            self._stop_if_signalled()
+            env = self._joining_env(slot, secret)
+            if slot.rank in self.ranks:
+                self._start_remote(self.ranks[slot.rank], env)
+            else:
+                cores = core_binding.plan(self.options.bind_to, slot.local_rank, slot.local_size)
+                self._start_local(slot, {**self._local_env(here), **env}, cores)
+        self._wait_for_joining(new)
+        self._send_memberships()
+        self.output.reforming.clear()  # (the new ranks' waits are answered: one said from now on is a new one)
+
+    def _take_over_kept(self):
+        """Gives each kept rank its slot: the first slots of its host, in the kept ranks' order."""
+        free = {}
+        for slot in self.slots:
+            free.setdefault(slot.host, []).append(slot)
+        for kept in self.kept:
+            slot = free[kept.rank.slot.host].pop(0)
             kept.rank.slot = slot
             self.supervisor.take_over(slot.rank, kept)
+
+    def _send_memberships(self):
+        job_id = secrets.token_hex(6)
         store_addr = self._store_address(self._this_host_address() if self.remote_slots else None)
         for slot in self.slots:
-            self.ranks[slot.rank].reform(self._rank_env(slot, store_addr, secret, job_id))
+            self.ranks[slot.rank].reform(self._rank_env(slot, store_addr, self.secret, job_id))
+
+    def _joining_env(self, slot, secret):
+        """A new rank's variables: the job's, less its identity, which comes when it joins."""
+        env = self._rank_env(slot, "", secret, "")
+        for name in (cluster.RANK, cluster.SIZE, cluster.LOCAL_RANK, cluster.LOCAL_SIZE, cluster.STORE_ADDR,
+                     cluster.JOB_ID):
+            env.pop(name)
+        env[membership.JOINING] = f"{slot.rank} {len(self.slots)} {slot.local_rank} {slot.local_size}"
+        said = self.output.random_states.get(0)  # (rank 0's: the kept ranks said the same)
+        if said:
+            env[membership.RANDOM_STATE] = said
+        return env
+
+    def _wait_for_joining(self, new):
+        """Waits until every new rank says it waits for its membership (`membership.REFORM_WAIT`)."""
+        deadline = time.monotonic() + supervision.GROW_JOIN_SECONDS
+        while not all(s.rank in self.output.reforming for s in new):
+            self._stop_if_signalled()
+            for slot in new:
+                code = self.ranks[slot.rank].poll()
+                if code == variables.LEFT_AT_COMMIT:
+                    self.output.hide_stderr()  # (the kept ranks' tracebacks of SIGTERM)
+                    self.supervisor.terminate()
+                    self.output.close()
+                    raise CannotGrowInPlace(f"rank {slot.rank} on host {slot.host} cannot join the running job in its "
+                                            f"process (its line says why)")
+                if code is not None:
+                    self._fail_start(f"{self.ranks[slot.rank].describe_failure(code)} before it joined the running job",
+                                     code or 1, host=slot.host)
+            if time.monotonic() > deadline:
+                late = [s for s in new if s.rank not in self.output.reforming]
+                self._fail_start(f"rank {late[0].rank} on host {late[0].host}, started to join the running job, did not "
+                                 f"reach tfring.elastic.run within {supervision.GROW_JOIN_SECONDS:g} s",
+                                 host=late[0].host)
+            time.sleep(supervision.POLL_SECONDS)
 
     def _store_address(self, here):
         """Where rank 0 serves the store: on another host, a port that host offered when it
@@ -223,12 +314,13 @@ class Job:
         rank.send_job({**forwarding.forwarded(self.base_env, self.options.exports), **env}, self.command,
                       self.options.bind_to)
 
-    def _connect_remotes(self):
-        """Starts ssh for every remote rank and waits until each far end has answered."""
+    def _connect_remotes(self, slots=None):
+        """Starts ssh for every remote rank (of `slots`: default all) and waits until each far end has answered."""
         o = self.options
         prefix = remote_rank.ssh_prefix(o.rsh, o.ssh_port, o.ssh_identity_file, o.start_timeout)
         command = remote_rank.remote_command(_working_directory(self.base_env), sys.executable, self.base_env)
-        for slot in self.remote_slots:
+        slots = self.remote_slots if slots is None else slots
+        for slot in slots:
             try:
                 rank = remote_rank.RemoteRank(slot, prefix, command)
             except OSError as e:
@@ -239,15 +331,16 @@ class Job:
             self.supervisor.follow(slot.rank, rank.pump_stdout, rank.pump_stderr)
             # (An elastic job's rank 0 may move to any host when it goes on in place.)
             rank.request(o.interface, want_port=slot.rank == 0 or self.restart is not None)
+        started = [self.ranks[s.rank] for s in slots]
         deadline = time.monotonic() + o.start_timeout
-        while not all(r.ready.is_set() for r in self.ranks.values()) and time.monotonic() < deadline:
+        while not all(r.ready.is_set() for r in started) and time.monotonic() < deadline:
             self._stop_if_signalled()
             time.sleep(supervision.POLL_SECONDS)
-        for rank in self.ranks.values():
+        for rank in started:
             if rank.reply is None:
                 self._fail_start(f"cannot start rank {rank.slot.rank} on host {rank.slot.host}: "
                                  f"{rank.start_error(o.start_timeout)}", host=rank.slot.host)
-        self._check_versions()
+        self._check_versions(started)
 
     def _fail_start(self, message, exit_code=127, host=None):
         self.supervisor.terminate()
@@ -260,13 +353,14 @@ class Job:
             name = signal.Signals(signalled).name
             self._fail_start(f"stopped by {name} while starting the job", 128 + signalled)
 
-    def _check_versions(self):
-        """Every host must run what rank 0's host runs."""
+    def _check_versions(self, started):
+        """Every host must run what rank 0's host runs (`started`: the remote ranks just reached)."""
         here = f"{os.uname().nodename} (this host)"
-        reported = {r.slot.host: r.reply["versions"] for r in self.ranks.values()}
+        reported = {r.slot.host: r.reply["versions"] for r in started}
         if self.runs_here:
             reported[here] = versions.this_host()
-        reference = reported[self.slots[0].host if 0 in self.ranks else here]
+        rank0 = self.ranks.get(0)
+        reference = rank0.reply["versions"] if isinstance(rank0, remote_rank.RemoteRank) else versions.this_host()
         for host, theirs in reported.items():
             message = versions.mismatch(host, theirs, self.slots[0].host, reference)
             if message:
@@ -297,6 +391,19 @@ class Job:
 def _hosts_of(names):
     """The host list of ranks on hosts `names` (in rank order: a host's ranks are together)."""
     return [hostlist.Host(name, n) for name, n in collections.Counter(names).items()]
+
+
+def _grown_hosts(kept, available, most):
+    """The hosts of a job that grows: the kept ranks' (`kept`, a host list), each with its free
+    slots of `available` added, then `available`'s other hosts, up to `most` slots in all."""
+    offered = {h.name: h.slots for h in available}
+    counts = {h.name: h.slots for h in kept}
+    room = most - sum(counts.values())
+    for name in [h.name for h in kept] + [h.name for h in available if h.name not in counts]:
+        more = max(0, min(offered.get(name, 0) - counts.get(name, 0), room))
+        counts[name] = counts.get(name, 0) + more
+        room -= more
+    return [hostlist.Host(name, n) for name, n in counts.items() if n]
 
 
 def _working_directory(environ):
@@ -379,10 +486,15 @@ def _run_elastic(command, num_processes, options, elastic_options):
 
         with _signals_to(to_both):
             try:
-                if kept:
+                if kept and hosts is None:
                     job.reform(last[0].secret)  # (the kept ranks' secret: theirs since they started)
+                elif kept:
+                    job.grow(last[0].secret)
                 else:
                     job.start()
+            except CannotGrowInPlace as e:
+                elastic.say(f"{e}; starting the job again on every slot")
+                return elastic.Ending(0, grown=True, fell_back=True)
             except StartError as e:
                 if e.host is None or runner.signalled is not None:
                     raise
@@ -390,15 +502,17 @@ def _run_elastic(command, num_processes, options, elastic_options):
             last[:] = [job]
             code = job.supervisor.wait()
         if job.supervisor.grown:
-            return elastic.Ending(code, grown=True)
+            return elastic.Ending(code, grown=True, kept=_kept(job), end_kept=job.supervisor.end_kept)
         if code == 0 or job.supervisor.cause is None or runner.signalled is not None:
             return elastic.Ending(code)
         rank, line, lost_peer = job.supervisor.cause
         # (A rank that only lost a peer keeps no host out: which host went silent cannot be told
         # reliably from the survivors' errors; the discovery script drops a dead host.)
-        return elastic.Ending(code, job.slots[rank].host, line, lost_peer=lost_peer,
-                              kept=list(job.supervisor.kept.values()) if job.supervisor.kept else None,
+        return elastic.Ending(code, job.slots[rank].host, line, lost_peer=lost_peer, kept=_kept(job),
                               end_kept=job.supervisor.end_kept)
+
+    def _kept(job):
+        return list(job.supervisor.kept.values()) if job.supervisor.kept else None
 
     runner = elastic.ElasticJob(start_job, options.hosts, num_processes, elastic_options)
     with _signals_to(runner.record_signal):

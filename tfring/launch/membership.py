@@ -8,7 +8,8 @@ Two kinds of message travel on the pipe, launcher to rank:
   variables this rank's job identity changes to (rank, size, local rank and size, store address,
   job id, restart count). The job secret stays the one the rank started with.
 
-A rank that can go on in its process says so on stderr as it starts training (`CAN_REFORM`); once
+A rank that can go on in its process says so on stderr as it starts training (`CAN_REFORM`, with
+the digest of the random state it took at its start: `can_reform_line`); once
 it lost a peer it says so (a line holding `REFORM_WAIT`) and waits at most `TFRING_REFORM_SECONDS`
 for a membership; without that variable (a launcher that does not re-form jobs in place) it never
 waits. Told that the job may grow, such ranks stop at their next commit and wait the same way when
@@ -19,9 +20,13 @@ A rank the launcher starts into a running elastic job (a new slot, at a growth i
 alone: `TFRING_JOINING` holds its place in the membership it joins ("rank size local_rank
 local_size"), and it joins that membership once it reaches `tfring.elastic.run`, where it waits
 for its membership as the other ranks do (`tfring.runtime.init` and `tfring.elastic.reform`).
+`TFRING_RANDOM_STATE` gives it the digest the other ranks said: a rank whose own differs (an
+unseeded script) cannot join in its process, and exits with `variables.LEFT_AT_COMMIT` before it
+waits; the launcher then starts the job again on every slot.
 """
 
 import json
+import re
 
 from tfring.launch import variables
 
@@ -34,6 +39,35 @@ CAN_REFORM = "tfring-elastic: goes on in place when a peer is lost"
 REFORM_SECONDS = "TFRING_REFORM_SECONDS"
 GROWS_IN_PLACE = "TFRING_GROWS_IN_PLACE"
 JOINING = "TFRING_JOINING"
+RANDOM_STATE = "TFRING_RANDOM_STATE"
+_RANDOM_STATE_SAID = re.compile(rb"\(random state ([0-9a-f]+)\)")
+
+
+def can_reform_line(random_state):
+    """The line a rank that goes on in place says on stderr (`CAN_REFORM`).
+
+    Args:
+        random_state: the digest of the random state it took at its start (an int).
+
+    Returns:
+        str, without the newline.
+
+    Example:
+
+    >>> can_reform_line(255)
+    'tfring-elastic: goes on in place when a peer is lost (random state ff)'
+    """
+    return f"{CAN_REFORM} (random state {random_state:x})"
+
+
+def random_state_said(line):
+    """The random state digest (hex str) a `can_reform_line` holds, or None.
+
+    Args:
+        line: bytes.
+    """
+    found = _RANDOM_STATE_SAID.search(line)
+    return found.group(1).decode() if found else None
 
 
 def joining_place(environ):

@@ -150,6 +150,7 @@ class JobOutput:
         self.acknowledged = set()  # ranks that said they stop at their next commit (variables.GROW_ACK)
         self.reforming = set()  # ranks that said they wait for the job's next membership (membership.REFORM_WAIT)
         self.can_reform = set()  # ranks that said they go on in place after a failure (membership.CAN_REFORM)
+        self.random_states = {}  # rank -> the random state digest it said with it (hex)
         self._lock = threading.Lock()
         # One line at a time into the launcher's stdout and stderr: a pipe takes a long line in
         # pieces, and another rank's thread wrote in between them (lines of ~100 KB came out torn).
@@ -183,6 +184,7 @@ class JobOutput:
         def take(line):
             if tail is not None and _CAN_REFORM in line:
                 self.can_reform.add(rank)  # (the launcher's alone: not shown)
+                self.random_states[rank] = membership.random_state_said(line)
                 return
             if log is not None and not log.closed:  # closed at the end, when a pump may linger
                 log.write(line)

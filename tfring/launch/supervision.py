@@ -18,7 +18,9 @@ In an elastic job that goes on in place (`in_place`, and every rank said it can:
 `membership.CAN_REFORM`), a failure does not end the ranks still running that say they wait for
 the next membership (`membership.REFORM_WAIT`, within `REFORM_SAY_SECONDS`): they are handed over
 (`kept`, `hand_over`) to the next membership's supervisor (`take_over`), their output relabelled
-with their new numbers. When ranks say they lost a peer and no rank has exited
+with their new numbers. Likewise, told that the job may grow, such ranks stop at their next commit
+and wait (`membership.GROWS_IN_PLACE`): once all do, they are handed over and the job `grown`, for
+`launcher.Job.grow` to start the new ranks beside them. When ranks say they lost a peer and no rank has exited
 `CAUSE_GRACE_SECONDS` later (a host cut off), the ranks that said nothing are the lost ones: their
 ssh is killed, and they are named as having stopped answering.
 """
@@ -54,6 +56,9 @@ GROW_COMMIT_SECONDS = 600.0
 # REFORM_WAIT_SECONDS for its membership (`membership.REFORM_SECONDS`).
 REFORM_SAY_SECONDS = 10.0
 REFORM_WAIT_SECONDS = 120.0
+# A job that grows in place: the new ranks have GROW_JOIN_SECONDS to start and wait at
+# `tfring.elastic.run` (within the kept ranks' REFORM_WAIT_SECONDS).
+GROW_JOIN_SECONDS = 90.0
 
 
 class Relay:
@@ -78,10 +83,11 @@ class Kept:
         rank: its `LocalRank` or `RemoteRank`.
         relays: its (stdout, stderr) `Relay`s.
         threads: the threads that read them.
+        random_state: the random state digest it said (`membership.can_reform_line`), or None.
     """
 
-    def __init__(self, rank, relays, threads):
-        self.rank, self.relays, self.threads = rank, relays, threads
+    def __init__(self, rank, relays, threads, random_state=None):
+        self.rank, self.relays, self.threads, self.random_state = rank, relays, threads, random_state
 
 
 class Supervisor:
@@ -145,11 +151,13 @@ class Supervisor:
         """
         relays, threads = self._followed.pop(r)
         self._threads = [t for t in self._threads if t not in threads]
-        return Kept(self.ranks.pop(r), relays, threads)
+        return Kept(self.ranks.pop(r), relays, threads, self.output.random_states.get(r))
 
     def take_over(self, r, kept):
         """Watches a rank handed over by the previous membership's supervisor, now as rank `r`."""
         self.ranks[r] = kept.rank
+        if kept.random_state is not None:
+            self.output.random_states[r] = kept.random_state
         for relay, stdout in zip(kept.relays, (True, False)):
             relay.take = self.output.stream(r, stdout=stdout)
         self._followed[r] = kept.relays, kept.threads
@@ -256,6 +264,8 @@ class Supervisor:
         the ranks told that the job may grow (`interrupt` gave a reason) have not stopped at a
         commit in time (`_notice_seconds`)."""
         while not self._poll_all() and self.signalled is None and not self._failure_is_clear():
+            if self._all_wait_to_grow():
+                return
             if self.interrupted is None and self.interrupt is not None and (reason := self.interrupt()):
                 self._notify(reason)
             elif self._notified_at is not None and time.monotonic() > self._notified_at + self._notice_seconds():
@@ -271,11 +281,21 @@ class Supervisor:
         """Whether every rank has exited 0 by itself (a job told it may grow may finish first)."""
         return len(self.exits) == len(self.ranks) and all(code == 0 for code, _ in self.exits.values())
 
+    def _can_reform(self):
+        """Whether the job goes on in place and every rank said it can (`membership.CAN_REFORM`)."""
+        return self.in_place and all(r in self.output.can_reform for r in self.ranks)
+
+    def _all_wait_to_grow(self):
+        """Whether, told that the job may grow, every rank stopped at a commit and waits in its process."""
+        return (self.interrupted is not None and self._can_reform() and not self.exits
+                and all(r in self.output.reforming for r in self.ranks))
+
     def _notify(self, reason):
         """Tells every rank the job may grow, so that they stop together at their next commit."""
         self.interrupted = reason
         self._notified_at = time.monotonic()
-        self._say(f"{reason}: starting it again on them, once the ranks stop at their next commit")
+        how = "growing it in the ranks' processes" if self._can_reform() else "starting it again on them"
+        self._say(f"{reason}: {how}, once the ranks stop at their next commit")
         for rank in list(self.ranks.values()):
             rank.notify()
 
@@ -391,7 +411,7 @@ class Supervisor:
         """In a job that goes on in place, where every rank said it can: once every rank still
         running has said that it waits for the next membership (within `REFORM_SAY_SECONDS`),
         hands them all over (`kept`); if one has not, or the launcher was signalled, keeps none."""
-        if not self.in_place or any(r not in self.output.can_reform for r in self.ranks):
+        if not self._can_reform():
             return
         deadline = time.monotonic() + REFORM_SAY_SECONDS
         while True:
@@ -424,6 +444,10 @@ class Supervisor:
         elif any(self._failed(code) for code, _ in self.exits.values()):
             self._keep_waiting_ranks()
             code = self._stop_on_failure()
+        elif self._all_wait_to_grow():
+            self._say("the ranks stopped at a commit and wait for the new ones in their processes")
+            self.kept = {r: self.hand_over(r) for r in list(self.ranks)}
+            self.grown, code = True, 0
         elif self.interrupted is not None and not self._all_ended_well():
             self.grown = True
             code = self._stop_on_interrupt()

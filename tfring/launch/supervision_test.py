@@ -131,3 +131,18 @@ def test_a_kept_rank_is_watched_under_its_new_number(capfdbinary):
         rank.end_output()
     assert after.wait() == 0
     assert b"[2] hello from the old rank 3" in capfdbinary.readouterr().err
+
+
+def test_told_to_grow_ranks_that_wait_at_their_commit_are_all_kept_with_their_random_state():
+    said = membership.can_reform_line(0xabc)
+    ranks = [FakeRank(r, [said]) for r in (0, 1)]
+    supervisor = _job(ranks)
+    supervisor.interrupt = lambda: "the hosts now offer 3 ranks where the job runs 2"
+    for rank in ranks:  # (told by `notify`, they stop at their commit and wait)
+        rank.notify = lambda rank=rank: rank.say(f"tfring: rank R: the hosts changed; {membership.REFORM_WAIT}")
+    assert supervisor.wait() == 0
+    assert supervisor.grown and sorted(supervisor.kept) == [0, 1]
+    assert all(kept.random_state == "abc" for kept in supervisor.kept.values())
+    assert all(rank.signals == [] for rank in ranks)
+    for rank in ranks:
+        rank.end_output()
