@@ -304,7 +304,10 @@ def test_a_job_grows_in_its_processes_to_the_uninterrupted_weights(tmp_path, lau
 def test_a_joining_rank_with_another_random_state_fails_the_job_saying_so(tmp_path, launcher_of):
     # The script seeds nothing on the joining rank: its NumPy state is not the one the two ranks
     # took from rank 0 at their start, so data made from it could differ. Every rank fails, naming it.
-    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="fit", GROW="1", **{membership.GROWS_IN_PLACE: "1"})
+    scratch = tmp_path / "tmp"  # (the job fails: its commits stay in its temporary folder)
+    scratch.mkdir()
+    env = env_of(OUT=str(tmp_path), OPT="sgd", MODE="fit", GROW="1", TMPDIR=str(scratch),
+                 **{membership.GROWS_IN_PLACE: "1"})
     (tmp_path / "train.py").write_text(SCRIPT)
     launcher = launcher_of(tmp_path / "train.py", env)
     codes = _grow_to_3(launcher, 120, joining_env={**env, "UNSEEDED": "1"})
