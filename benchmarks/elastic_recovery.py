@@ -140,9 +140,7 @@ def _measure(args, out, save_freq, way, hosts):
     listed = os.path.join(out, "hosts")
     names = hosts.names[:args.hosts] if hosts else ["localhost"]
     growing = args.change == "grow"
-    with open(listed, "w") as f:
-        f.write("".join(f"{n}:1\n" for n in names[:len(names) - growing]) if hosts
-                else f"localhost:{args.ranks - growing}\n")
+    _list(listed, names[:len(names) - growing], hosts, args.ranks - growing)
     discover = os.path.join(out, "discover.sh")
     with open(discover, "w") as f:
         f.write(f"#!/bin/sh\ncat {shlex.quote(listed)}\n")
@@ -169,8 +167,7 @@ def _measure(args, out, save_freq, way, hosts):
         victim = int(open(os.path.join(out, f"pid.{size - 1}.0")).read())
         killed_at = time.time()
         if hosts:
-            with open(listed, "w") as f:
-                f.write("".join(f"{n}:1\n" for n in names[:-1]))
+            _list(listed, names[:-1], hosts, None)
             for pid in hosts.pids(args.hosts - 1):
                 os.kill(pid, signal.SIGKILL)
             hosts.link_down(args.hosts - 1)
@@ -203,11 +200,17 @@ def _measure(args, out, save_freq, way, hosts):
             "redone": redone, "redone_s": redone * step_s}
 
 
+def _list(listed, names, hosts, slots):
+    """What the discovery script prints: the emulated hosts `names`, one slot each, or this host
+    with `slots` slots."""
+    with open(listed, "w") as f:
+        f.write("".join(f"{n}:1\n" for n in names) if hosts else f"localhost:{slots}\n")
+
+
 def _grow(out, listed, names, hosts, args, proc):
     """Lists one slot more, lets the job end, and returns what growing cost."""
     listed_at = time.time()
-    with open(listed, "w") as f:
-        f.write("".join(f"{n}:1\n" for n in names) if hosts else f"localhost:{args.ranks}\n")
+    _list(listed, names, hosts, args.ranks)
     _, err = proc.communicate(timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"the job failed: {err[-2000:]}")

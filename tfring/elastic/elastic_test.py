@@ -153,3 +153,18 @@ def test_mid_epoch_commits_with_several_steps_per_call_are_refused_before_traini
                   callbacks=[CommitCallback(State(model, epoch=0, batch=0), save_freq=2)])
     model.fit(np.ones((8, 3)), np.ones((8, 2)), batch_size=4, verbose=0,
               callbacks=[CommitCallback(State(model, epoch=0, batch=0))])  # (every epoch: fine)
+
+
+def test_a_joining_rank_whose_state_cannot_go_on_in_place_says_why(monkeypatch):
+    # A rank started into a running job whose model is not under a RingStrategy (plain Keras here):
+    # it cannot join in its process, and says so, before any random state is compared.
+    from tfring import runtime
+    from tfring.elastic import reform
+    from tfring.launch import membership
+
+    monkeypatch.setattr(runtime, "joining", lambda: True)
+    monkeypatch.setenv(membership.RANDOM_STATE, "abc")
+    monkeypatch.setenv(membership.REFORM_SECONDS, "1")
+    with pytest.raises(RuntimeError, match="was started to join a running job but cannot: the state has no model "
+                                           "under a RingStrategy"):
+        reform.join(State(_model()))

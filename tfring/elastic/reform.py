@@ -26,13 +26,12 @@ or through a communication hook with rank-local state.
 import os
 import sys
 
-import numpy as np
 import tensorflow as tf
 
 from tfring import runtime
 from tfring.launch import membership
 from tfring.launch import variables
-from tfring.ops import collectives
+from tfring.strategy import rank_agreement
 from tfring.strategy.sharding import optimizer_state
 
 # The errors of a collective whose peer is gone (its connection closed, or it stopped answering).
@@ -136,13 +135,13 @@ def join(state):
     if not runtime.joining():
         return True
     seconds, rank = offered(), runtime.rank()
+    reason = why_not(state) or ("the launcher offers no time to wait for it" if seconds is None else None)
     said = os.environ.get(membership.RANDOM_STATE)
-    if said and said != f"{_strategy(state).random_state_digest:x}":
+    if reason is None and said and said != f"{_strategy(state).random_state_digest:x}":
         _say(rank, "cannot join the running job in this process: the random state it took at its start (NumPy's, "
                    "Python's, TensorFlow's seed) is not the job's; seed them on every rank before RingStrategy() "
                    "(keras.utils.set_random_seed) for jobs to grow in their processes")
         return False
-    reason = why_not(state) or ("the launcher offers no time to wait for it" if seconds is None else None)
     if reason is None:
         _say(rank, f"started to join the running job; {membership.REFORM_WAIT}")
         env = runtime.next_membership(seconds)
@@ -166,9 +165,9 @@ def _enter(state, env):
 
 def _same_random_state(strategy):
     """Raises RuntimeError on every rank unless all took the same global random state at their start."""
-    digests = np.asarray(collectives.allgather(tf.constant([strategy.random_state_digest], tf.int64))).ravel()
-    if len(set(digests.tolist())) > 1:
-        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+    found = rank_agreement.differences(["random state"], [strategy.random_state_digest])
+    if found is not None:
+        differ, _ = found
         raise RuntimeError(
             f"tfring.elastic: the ranks' global random state (NumPy's, Python's, TensorFlow's seed) differs: ranks "
             f"{differ} took another than rank 0 at their start. A rank that joins a running job keeps its own, so "

@@ -254,7 +254,7 @@ class Job:
                      cluster.JOB_ID):
             env.pop(name)
         env[membership.JOINING] = f"{slot.rank} {len(self.slots)} {slot.local_rank} {slot.local_size}"
-        said = self.output.random_states.get(0)  # (rank 0's: the kept ranks said the same)
+        said = next((k.random_state for k in self.kept if k.random_state), None)  # (the kept ranks said the same)
         if said:
             env[membership.RANDOM_STATE] = said
         return env

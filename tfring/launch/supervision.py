@@ -156,8 +156,6 @@ class Supervisor:
     def take_over(self, r, kept):
         """Watches a rank handed over by the previous membership's supervisor, now as rank `r`."""
         self.ranks[r] = kept.rank
-        if kept.random_state is not None:
-            self.output.random_states[r] = kept.random_state
         for relay, stdout in zip(kept.relays, (True, False)):
             relay.take = self.output.stream(r, stdout=stdout)
         self._followed[r] = kept.relays, kept.threads

@@ -25,7 +25,6 @@ job's start: it keeps its own, and `state_digest` lets the job check, as the ran
 the one the other ranks took (it is, when the script seeds it: `keras.utils.set_random_seed`).
 """
 
-import hashlib
 import random
 
 import numpy as np
@@ -34,6 +33,7 @@ from tensorflow.python.eager import context
 from tensorflow.python.framework import random_seed
 
 from tfring.ops import collectives
+from tfring.strategy import rank_agreement
 
 _MT_WORDS = 624  # the Mersenne Twister's state words, in NumPy's legacy generator and Python's
 
@@ -117,4 +117,4 @@ def state_digest():
     True
     """
     words = _numpy_state() + _python_state() + [context.global_seed() or 0]
-    return int.from_bytes(hashlib.sha256(np.array(words, np.int64).tobytes()).digest()[:8], "big") >> 1
+    return rank_agreement.digest(np.array(words, np.int64).tobytes())
