@@ -46,6 +46,7 @@ Example:
 >>> strategy.register_comm_hook(None, halves)
 """
 
+from tfring.compression.adasum import adasum_hook
 from tfring.compression.bucket import Future
 from tfring.compression.bucket import GradientBucket
 from tfring.compression.default_hooks import allreduce_hook
@@ -56,5 +57,5 @@ from tfring.compression.powersgd import PowerSGD
 from tfring.compression.qsgd import QSGD
 from tfring.compression.registry import for_compression
 
-__all__ = ["CommHookState", "Future", "GradientBucket", "OneBit", "PowerSGD", "QSGD", "allreduce_hook", "cast_hook",
-           "for_compression"]
+__all__ = ["CommHookState", "Future", "GradientBucket", "OneBit", "PowerSGD", "QSGD", "adasum_hook", "allreduce_hook",
+           "cast_hook", "for_compression"]

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfring.compression import adasum
 from tfring.compression import default_hooks
 from tfring.compression import registry
 from tfring.compression import runner
@@ -70,6 +71,7 @@ def test_a_hook_that_returns_other_tensors_is_named():
 def test_compression_names_its_hook():
     assert registry.for_compression(None) == (None, default_hooks.allreduce_hook)
     assert registry.for_compression("bf16") == (tf.bfloat16, default_hooks.cast_hook)
+    assert registry.for_compression("adasum") == (None, adasum.adasum_hook)
 
-    with pytest.raises(ValueError, match="compression must be None, 'fp16', 'bf16' or a compressor"):
+    with pytest.raises(ValueError, match="compression must be None, 'fp16', 'bf16', 'adasum' or a compressor"):
         registry.for_compression("int8")

@@ -26,7 +26,9 @@ Differences from Horovod, on purpose:
 - `hvd.elastic`'s state objects (`KerasState`, `TensorFlowState`, `ObjectState`), callbacks and
   `run` work as Horovod's under `tfring run --min-np A --max-np B` (`tfring.elastic`): a lost rank
   or host, or added hosts, start the job's ranks again, and `run` goes on from the newest commit.
-- What tfring does not have raises NotImplementedError naming it: `hvd.Adasum`, `hvd.init(comm=...)`,
+- `op=hvd.Adasum` works in `hvd.allreduce` and the Keras `DistributedOptimizer` and gradient tape
+  (Horovod's semantics: a power of two of ranks); not with TF1 `tf.compat.v1.train` optimizers.
+- What tfring does not have raises NotImplementedError naming it: `hvd.init(comm=...)`,
   `hvd.start_timeline` (the timeline is `tfring run --timeline-filename`, for the whole job), and
   `run` on other hosts or as an elastic job. Arguments about placement and
   grouping (`device_dense`, `device_sparse`, `groups`, `num_groups`, `name`, `use_locking`) are

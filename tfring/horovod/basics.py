@@ -8,8 +8,8 @@ from tfring import runtime
 
 # Horovod's ReduceOp values, so that scripts comparing `op == hvd.Average` keep working.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-"""Horovod's reduce ops (`op=hvd.Sum`, ...), with Horovod's values; `Adasum` is refused (NotImplementedError)."""
-_TFRING_OPS = {Average: "mean", Sum: "sum", Min: "min", Max: "max", Product: "product"}
+"""Horovod's reduce ops (`op=hvd.Sum`, ...), with Horovod's values."""
+_TFRING_OPS = {Average: "mean", Sum: "sum", Adasum: "adasum", Min: "min", Max: "max", Product: "product"}
 
 
 def init(comm=None, process_sets=None):
@@ -152,24 +152,28 @@ def stop_timeline():
     raise NotImplementedError("tfring.horovod.stop_timeline: tfring's timeline runs for the whole job")
 
 
-def tfring_op(op, where):
+def tfring_op(op, where, set_size=None):
     """The `tfring.ops` reduce op for Horovod's `op`.
 
     Args:
-        op: one of `Average`, `Sum`, `Min`, `Max`, `Product` (`Adasum` is refused).
+        op: one of `Average`, `Sum`, `Adasum`, `Min`, `Max`, `Product`.
         where: the public name called, for the message.
+        set_size: the number of ranks reduced over, checked for `Adasum` (None: not checked).
 
     Returns:
-        "mean", "sum", "min", "max" or "product".
+        "mean", "sum", "adasum", "min", "max" or "product".
 
     Raises:
-        NotImplementedError: `Adasum`.
         ValueError: another value.
+        NotImplementedError: `Adasum` over a number of ranks that is not a power of two
+            (Horovod's error and message).
     """
-    if op == Adasum:
-        raise NotImplementedError(f"{where}: op=hvd.Adasum is not supported by tfring; use hvd.Average or hvd.Sum")
     if op not in _TFRING_OPS:
-        raise ValueError(f"{where}: op must be hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product, got {op!r}")
+        raise ValueError(f"{where}: op must be hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max or hvd.Product, "
+                         f"got {op!r}")
+    if op == Adasum and set_size is not None and set_size & (set_size - 1):
+        raise NotImplementedError(f"{where}: Running Adasum with non-power of 2 ranks is not supported yet "
+                                  f"({set_size} ranks; Adasum combines them pairwise)")
     return _TFRING_OPS[op]
 
 

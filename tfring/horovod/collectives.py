@@ -44,7 +44,7 @@ def _reduce_dense(tensors, op, compression, prescale_factor, postscale_factor, p
                   where="hvd.allreduce"):
     """One fused reduction (`collective`: allreduce or reducescatter) over tfring process set
     `process_set`, scaled in each tensor's own (compressed) type before and after, as Horovod does."""
-    tfring_op = basics.tfring_op(op, where)
+    tfring_op = basics.tfring_op(op, where, len(runtime.process_set_ranks(process_set)))
     compressed, contexts = zip(*[compression.compress(tf.convert_to_tensor(t)) for t in tensors])
     wide, narrows = zip(*[widened(_scaled(t, prescale_factor)) for t in compressed])
     reduced = collective(list(wide), op=tfring_op, process_set=process_set)
@@ -74,7 +74,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         device_dense: ignored (tfring places the collective with its input).
         device_sparse: ignored.
         compression: `hvd.Compression.none` (default) or `hvd.Compression.fp16`.
-        op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
+        op: `hvd.Average` (default), `hvd.Sum`, `hvd.Adasum` (floating tensors, a power-of-two
+            number of ranks: `tfring.ops.allreduce`'s "adasum"), `hvd.Min`, `hvd.Max` or `hvd.Product`.
         prescale_factor: multiplies each tensor before the reduction.
         postscale_factor: multiplies each result.
         process_set: the `hvd.ProcessSet` to run over (default: every rank); only its ranks call it.
@@ -115,7 +116,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         device_dense: ignored (tfring places the collective with its input).
         device_sparse: ignored.
         compression: `hvd.Compression.none` (default) or `hvd.Compression.fp16`.
-        op: `hvd.Average` (default), `hvd.Sum`, `hvd.Min`, `hvd.Max` or `hvd.Product`.
+        op: `hvd.Average` (default), `hvd.Sum`, `hvd.Adasum` (floating tensors, a power-of-two
+            number of ranks: `tfring.ops.allreduce`'s "adasum"), `hvd.Min`, `hvd.Max` or `hvd.Product`.
         prescale_factor: multiplies the tensor before the reduction.
         postscale_factor: multiplies the result.
         name: ignored (tfring matches collectives by their order).
@@ -124,7 +126,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 
     Returns:
         The reduced tensor, identical on every rank. Its gradient is the incoming gradient reduced
-        the same way for Average and Sum; Min, Max and Product have no gradient here (None).
+        the same way for Average and Sum; Adasum, Min, Max and Product have no gradient here (None).
 
     Example:
 

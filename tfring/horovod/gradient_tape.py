@@ -72,7 +72,7 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa
         device_sparse: ignored.
         compression: `hvd.Compression.none` (default, exact) or `hvd.Compression.fp16`.
         sparse_as_dense: densify sparse gradients before they travel.
-        op: `hvd.Average` (default) or `hvd.Sum`.
+        op: `hvd.Average` (default), `hvd.Sum` or `hvd.Adasum` (the Adasum of the ranks' gradients).
         gradient_predivide_factor: each rank sends g / f and the sum is multiplied by f / size.
         num_groups: ignored (tfring's buckets group gradients).
         groups: ignored.
@@ -85,7 +85,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa
 
     Raises:
         ValueError: `gradient_predivide_factor` with an op other than Average, or an op other than
-            Average or Sum.
+            Average, Sum or Adasum.
+        NotImplementedError: `hvd.Adasum` over a number of ranks that is not a power of two.
 
     Example:
 
@@ -95,10 +96,10 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa
     set_id = process_sets.set_id(process_set, "hvd.DistributedGradientTape")
     if gradient_predivide_factor != 1.0 and op != basics.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if op not in (basics.Average, basics.Sum):
-        raise ValueError("hvd.DistributedGradientTape: op must be hvd.Average or hvd.Sum")
+    if op not in (basics.Average, basics.Sum, basics.Adasum):
+        raise ValueError("hvd.DistributedGradientTape: op must be hvd.Average, hvd.Sum or hvd.Adasum")
     return _wrapped(gradtape, _Distributed, _hvd_settings=gradients.settings(
-        compression, sparse_as_dense, gradient_predivide_factor, "hvd.DistributedGradientTape", set_id),
+        compression, sparse_as_dense, gradient_predivide_factor, "hvd.DistributedGradientTape", set_id, op),
         _hvd_op=op, _hvd_scale_local=bool(scale_local_gradients), _hvd_local=set())
 
 

@@ -16,6 +16,7 @@ from tfring import config
 from tfring import runtime
 from tfring.horovod import basics
 from tfring.horovod import compression as compression_lib
+from tfring.compression import adasum
 from tfring.compression import default_hooks
 from tfring.compression import registry
 from tfring.strategy.gradients import buckets
@@ -24,16 +25,19 @@ from tfring.strategy.gradients import reduction
 
 @dataclasses.dataclass(frozen=True)
 class HorovodHookState:
-    """What `horovod_hook` needs: Horovod's compressor and predivide factor, and the job's size."""
+    """What `horovod_hook` needs: Horovod's compressor and predivide factor, the job's size, and
+    whether the op is `hvd.Adasum`."""
 
     compressor: object
     predivide: float
     size: int
+    adasum: bool = False
 
 
 def horovod_hook(state, bucket):
     """A bucket travels as Horovod sends it: compressed by `state.compressor`; with a predivide
-    factor f (and op "mean"), each rank sends g / f and the sum is multiplied by f / size.
+    factor f (and op "mean"), each rank sends g / f and the sum is multiplied by f / size; with
+    `hvd.Adasum`, combined by Adasum (`tfring.compression.adasum`).
 
     Args:
         state: a `HorovodHookState`.
@@ -53,10 +57,12 @@ def horovod_hook(state, bucket):
         out = [state.compressor.decompress(r, c) for r, c in zip(reduced, contexts)]
         return [r * tf.cast(state.predivide / state.size, r.dtype) for r in out] if predivide else out
 
+    if state.adasum:
+        return adasum.combined(bucket, sent).then(restore)
     return bucket.allreduce(list(sent), op).then(restore)
 
 
-def settings(compression, sparse_as_dense, gradient_predivide_factor, where, process_set=0):
+def settings(compression, sparse_as_dense, gradient_predivide_factor, where, process_set=0, op=basics.Average):
     """The `GradientSettings` for Horovod's arguments.
 
     Args:
@@ -65,9 +71,14 @@ def settings(compression, sparse_as_dense, gradient_predivide_factor, where, pro
         gradient_predivide_factor: Horovod's factor (1.0: none).
         where: the public name called, for messages.
         process_set: the tfring process set id to average over (0: every rank).
+        op: Horovod's op; `hvd.Adasum` combines the gradients by Adasum.
 
     Returns:
         A `reduction.GradientSettings`.
+
+    Raises:
+        NotImplementedError: `hvd.Adasum` over a number of ranks that is not a power of two.
+        ValueError: `hvd.Adasum` with a tfring compressor.
     """
     tfring_compressor = registry.is_compressor(compression)
     if not tfring_compressor and not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
@@ -80,12 +91,16 @@ def settings(compression, sparse_as_dense, gradient_predivide_factor, where, pro
         raise ValueError(f"{where}: gradient_predivide_factor applies to Horovod's compressors only, not to "
                          f"{compression!r}: leave it at 1.0")
     size = len(runtime.process_set_ranks(process_set))
-    exact = compression is compression_lib.Compression.none and factor == 1.0
+    is_adasum = basics.tfring_op(op, where, size) == "adasum"
+    if is_adasum and tfring_compressor:
+        raise ValueError(f"{where}: op=hvd.Adasum combines the gradients themselves; {compression!r} cannot "
+                         f"compress them on the way: use Horovod's compressors or none")
+    exact = compression is compression_lib.Compression.none and factor == 1.0 and not is_adasum
     if tfring_compressor:  # the same hook RingStrategy(compression=...) uses, with a state of its own
         state, hook = registry.for_compression(compression, where)
     else:
         hook, state = (default_hooks.allreduce_hook, None) if exact else (
-            horovod_hook, HorovodHookState(compression, factor, size))
+            horovod_hook, HorovodHookState(compression, factor, size, is_adasum))
     return reduction.GradientSettings(size, _bucket_bytes(size), bool(sparse_as_dense), hook, state,
                                       process_set=process_set)
 
@@ -106,7 +121,8 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, v
     Args:
         gradient_settings: from `settings`.
         grads: a list of tensors, `tf.IndexedSlices` or None.
-        op: `hvd.Average` or `hvd.Sum`.
+        op: `hvd.Average`, `hvd.Sum` or `hvd.Adasum` (the settings' hook combines the ranks' own
+            gradients: they travel as for `hvd.Average`).
         local: positions in `grads` of worker-local variables: not reduced, and divided by the
             job's size when `scale_local_gradients` (Horovod's `register_local_var`).
         scale_local_gradients: see `local`.
@@ -121,8 +137,10 @@ def reduce(gradient_settings, grads, op, local=(), scale_local_gradients=True, v
         A list like `grads`.
     """
     tfring_op = basics.tfring_op(op, "hvd.DistributedOptimizer")
+    if tfring_op == "adasum":
+        tfring_op = "mean"  # each rank's own gradient enters; the settings' hook combines them
     if tfring_op not in ("mean", "sum"):
-        raise ValueError("hvd.DistributedOptimizer: op currently only supports Average and Sum")
+        raise ValueError("hvd.DistributedOptimizer: op currently only supports Average, Sum and Adasum")
     if runtime.rank() not in runtime.process_set_ranks(gradient_settings.process_set):
         return list(grads)
     shared = [k for k in range(len(grads)) if k not in local]

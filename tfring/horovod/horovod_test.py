@@ -111,7 +111,14 @@ def test_gradients_follow_horovods_conventions():
 
 
 @pytest.mark.parametrize("call,error,needle", [
-    (lambda: hvd.allreduce(tf.ones([1]), op=hvd.Adasum), NotImplementedError, "Adasum"),
+    (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Adasum, average_aggregated_gradients=True),
+     ValueError, "Adasum does not support average_aggregated_gradients"),
+    (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Adasum,
+                                      compression=tfring.compression.PowerSGD(rank=1)), ValueError, "cannot compress"),
+    (lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), op=hvd.Adasum),
+     NotImplementedError, "TF1"),
+    (lambda: hvd_keras.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Adasum, shard_optimizer_state=True,
+                                            shard_gradients=True), ValueError, "op=hvd.Adasum cannot"),
     (lambda: hvd.allreduce(tf.ones([1]), op=7), ValueError, "op must be"),
     (lambda: hvd.allreduce(tf.ones([1]), op=hvd.Sum, average=True), ValueError, "supersedes average"),
     (lambda: hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0])), ValueError, "is not registered"),
@@ -120,7 +127,7 @@ def test_gradients_follow_horovods_conventions():
     (lambda: hvd.alltoall(tf.ones([1]), process_set=hvd.ProcessSet([0])), ValueError, "is not registered"),
     (lambda: hvd.init(comm=[0]), NotImplementedError, "comm"),
     (lambda: hvd.broadcast_global_variables(0), RuntimeError, "eager"),
-    (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Max), ValueError, "Average and Sum"),
+    (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Max), ValueError, "Average, Sum and Adasum"),
     (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0), ValueError,
      "backward_passes_per_step"),
     (lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), compression="fp16"), TypeError, "compression"),
@@ -133,6 +140,12 @@ def test_gradients_follow_horovods_conventions():
 def test_what_tfring_lacks_or_refuses_is_named(call, error, needle):
     with pytest.raises(error, match=needle):
         call()
+
+
+def test_adasum_of_one_rank_is_its_tensor():
+    x = tf.constant([1.5, -2.0, 0.25])
+    np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Adasum), x)
+    np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Adasum, postscale_factor=2.0), 2 * x)
 
 
 def test_join_of_one_rank_returns_it_at_once():

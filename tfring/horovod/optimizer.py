@@ -44,7 +44,7 @@ class _Distributed:
         arguments = self._hvd_arguments
         settings = gradients.settings(arguments["compression"], arguments["sparse_as_dense"],
                                       arguments["gradient_predivide_factor"], "hvd.DistributedOptimizer",
-                                      arguments.get("process_set", 0))
+                                      arguments.get("process_set", 0), arguments["op"])
         self._hvd = dict(settings=settings, op=arguments["op"], passes=arguments["backward_passes_per_step"],
                          average=arguments["average_aggregated_gradients"],
                          scale_local=arguments["scale_local_gradients"], local=set(), accumulators=None, count=None,
@@ -150,16 +150,20 @@ def _distributed_class(cls, arguments):
                 {"__module__": base.__module__, "__doc__": base.__doc__, "_hvd_arguments": arguments})
 
 
-def check_op(op, gradient_predivide_factor):
-    """Horovod's rule for a distributed optimizer's `op` and predivide factor.
+def check_op(op, gradient_predivide_factor, average_aggregated_gradients=False):
+    """Horovod's rule for a distributed optimizer's `op`, predivide factor and averaging of
+    aggregated gradients.
 
     Raises:
-        ValueError: `op` other than Average or Sum, or a predivide factor with Sum (Horovod's messages).
+        ValueError: `op` other than Average, Sum or Adasum, a predivide factor with another op
+            than Average, or Adasum with `average_aggregated_gradients` (Horovod's messages).
     """
-    if op not in (basics.Average, basics.Sum):
-        raise ValueError("op currently only supports Average and Sum")
+    if op not in (basics.Average, basics.Sum, basics.Adasum):
+        raise ValueError("op currently only supports Average, Sum and Adasum")
     if gradient_predivide_factor != 1.0 and op != basics.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if op == basics.Adasum and average_aggregated_gradients:
+        raise ValueError("Adasum does not support average_aggregated_gradients == True")
 
 
 def distribute(optimizer, compression=compression_lib.Compression.none, sparse_as_dense=False,
@@ -174,7 +178,7 @@ def distribute(optimizer, compression=compression_lib.Compression.none, sparse_a
         `optimizer`, whose class now averages gradients first.
     """
     where = "hvd.DistributedOptimizer"
-    check_op(op, gradient_predivide_factor)
+    check_op(op, gradient_predivide_factor, average_aggregated_gradients)
     arguments = dict(compression=compression, sparse_as_dense=bool(sparse_as_dense),
                      gradient_predivide_factor=gradient_predivide_factor, op=op,
                      backward_passes_per_step=checks.number(where, "backward_passes_per_step",
@@ -188,9 +192,11 @@ def distribute(optimizer, compression=compression_lib.Compression.none, sparse_a
     if shard_gradients and not shard_optimizer_state:
         raise ValueError(f"{where}: shard_gradients=True needs shard_optimizer_state=True (each rank receives the "
                          f"gradients of the variables whose optimizer state it keeps)")
-    if shard_gradients and (compression is not compression_lib.Compression.none or gradient_predivide_factor != 1.0):
-        raise ValueError(f"{where}: shard_gradients=True reduces each gradient to its owner only, which compression "
-                         f"and gradient_predivide_factor cannot do yet: drop them or set shard_gradients=False")
+    if shard_gradients and (compression is not compression_lib.Compression.none or gradient_predivide_factor != 1.0
+                            or op == basics.Adasum):
+        raise ValueError(f"{where}: shard_gradients=True reduces each gradient to its owner only, which compression, "
+                         f"gradient_predivide_factor and op=hvd.Adasum cannot do yet: drop them or set "
+                         f"shard_gradients=False")
     optimizer.__class__ = _distributed_class(type(optimizer), arguments)
     optimizer._hvd_setup()
     if optimizer.built:
@@ -217,7 +223,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         compression: `hvd.Compression.none` (default, exact) or `hvd.Compression.fp16` (approximate).
         sparse_as_dense: densify sparse gradients (e.g. an Embedding's) before they travel.
         gradient_predivide_factor: each rank sends g / f and the sum is multiplied by f / size.
-        op: `hvd.Average` (default) or `hvd.Sum`.
+        op: `hvd.Average` (default), `hvd.Sum` or `hvd.Adasum` (the Adasum of the ranks' gradients,
+            as Horovod's Keras optimizer does; a power-of-two number of ranks).
         backward_passes_per_step: passes whose gradients are added locally before one reduction
             and one applied step.
         average_aggregated_gradients: divide the accumulated gradients by `backward_passes_per_step`.
@@ -242,7 +249,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         The distributed optimizer.
 
     Raises:
-        ValueError: `op` other than Average or Sum; a bad `backward_passes_per_step`.
+        ValueError: `op` other than Average, Sum or Adasum; a bad `backward_passes_per_step`.
+        NotImplementedError: `hvd.Adasum` over a number of ranks that is not a power of two.
         ValueError: a `process_set` that is not registered.
 
     Example:
@@ -328,6 +336,9 @@ def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, de
             raise NotImplementedError("hvd.DistributedOptimizer: backward_passes_per_step > 1 is supported with Keras "
                                       "optimizers only, not TF1 tf.compat.v1.train optimizers")
         check_op(op, gradient_predivide_factor)
+        if op == basics.Adasum:
+            raise NotImplementedError("hvd.DistributedOptimizer: op=hvd.Adasum with a TF1 tf.compat.v1.train "
+                                      "optimizer (Horovod's delta optimizer) is not supported; use a Keras optimizer")
         return legacy_optimizer.LegacyDistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
                                                            op, gradient_predivide_factor, process_set)
     return DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,

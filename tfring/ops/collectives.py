@@ -22,6 +22,7 @@ from tfring.native import library as _library
 from tfring.ops import ordering
 
 REDUCE_OPS = ("sum", "mean", "min", "max", "product")
+ALLREDUCE_OPS = REDUCE_OPS + ("adasum",)  # Adasum combines whole tensors: the allreduce's alone
 _REDUCE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
 _COPY_DTYPES = _REDUCE_DTYPES + (tf.uint8, tf.bool)
 
@@ -146,8 +147,11 @@ def allreduce(tensors, op="sum", name=None, process_set=0):
 
     Args:
         tensors: a tensor or a list of tensors (reduced together as one fused collective).
-        op: "sum", "mean", "min", "max" or "product". "mean" divides the sum by the number of
-            ranks (a truncating division for integers).
+        op: "sum", "mean", "min", "max", "product" or "adasum". "mean" divides the sum by the
+            number of ranks (a truncating division for integers). "adasum" combines the ranks'
+            tensors pairwise, each tensor as a whole, as (1 - a·b/2|a|²) a + (1 - a·b/2|b|²) b
+            (Horovod's `op=hvd.Adasum`: the sum of orthogonal tensors, the mean of parallel
+            ones); floating dtypes and a power-of-two number of ranks only, and it has no gradient.
         name: optional op name.
         process_set: 0 (every rank) or a process set's id (see the module docstring).
 
@@ -157,7 +161,8 @@ def allreduce(tensors, op="sum", name=None, process_set=0):
     Raises:
         ValueError: `op` is not one of the reduce ops.
         TypeError: a dtype is not float16/bfloat16/float32/float64/int32/int64.
-        tf.errors.InvalidArgumentError (at run time): no process set `process_set`, or this rank is not in it.
+        tf.errors.InvalidArgumentError (at run time): no process set `process_set`, or this rank is not in it;
+            "adasum" of integers or over a number of ranks that is not a power of two.
         tf.errors.FailedPreconditionError (at run time): ranks passed different shapes, counts or
             dtypes (Horovod's error type for the same case).
         tf.errors.UnavailableError (at run time): a rank died or stalled past the timeout.
@@ -167,7 +172,7 @@ def allreduce(tensors, op="sum", name=None, process_set=0):
     >>> tfring.ops.allreduce(tf.constant([1.0, 2.0]), op="mean")
     <tf.Tensor: shape=(2,), dtype=float32, numpy=array([1., 2.], dtype=float32)>
     """
-    checks.choice("tfring.allreduce", "op", op, REDUCE_OPS)
+    checks.choice("tfring.allreduce", "op", op, ALLREDUCE_OPS)
     process_set = _set_id("allreduce", process_set)
     single, items = _as_list("allreduce", tensors, _REDUCE_DTYPES)
     if not items:

@@ -97,6 +97,18 @@ def test_bad_arguments():
         tfring.ops.broadcast(tf.constant(1.0), root_rank=-1)
     with pytest.raises(tf.errors.InvalidArgumentError, match="root_rank 3 is not a rank"):
         tfring.ops.broadcast(tf.constant(1.0), root_rank=3)
+    with pytest.raises(ValueError, match="op must be one of"):
+        tfring.ops.reducescatter(tf.constant([1.0, 2.0]), op="adasum")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"floating-point tensors .* not int32"):
+        tfring.ops.allreduce(tf.constant([1, 2]), op="adasum")
+
+
+def test_adasum_of_one_rank_is_its_tensor_and_has_no_gradient():
+    x = tf.Variable([1.5, -2.0])
+    with tf.GradientTape() as tape:
+        y = tfring.ops.allreduce(x * 1.0, op="adasum")
+    np.testing.assert_array_equal(y, [1.5, -2.0])
+    assert tape.gradient(y, x) is None
 
 
 def test_broadcast_object_root_rank_must_be_a_rank():

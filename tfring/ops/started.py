@@ -94,7 +94,7 @@ def allreduce_start(tensors, op="sum", name=None, process_set=0):
     >>> first, second = allreduce_start([g1, g2]), allreduce_start([g3])
     >>> first.wait() + second.wait()
     """
-    checks.choice("tfring.allreduce_start", "op", op, collectives.REDUCE_OPS)
+    checks.choice("tfring.allreduce_start", "op", op, collectives.ALLREDUCE_OPS)
     process_set = collectives._set_id("allreduce_start", process_set)
     _, bucket = collectives._as_list("allreduce_start", list(tensors), collectives._REDUCE_DTYPES)
     if tf.executing_eagerly() or not bucket:

@@ -63,7 +63,9 @@ class RingStrategy(tf.distribute.OneDeviceStrategy, strategy_base.RingStrategyBa
     Args:
         fusion_threshold_bytes: most bytes per fused allreduce pass (see `tfring.init`).
         compression: None (exact), "fp16" or "bf16" (gradients travel in that type and are cast
-            back), or a compressor such as `tfring.compression.PowerSGD(rank=4)`: approximate,
+            back), "adasum" (the ranks' gradients combined by Adasum instead of averaged:
+            `tfring.compression.adasum_hook`; a power-of-two number of ranks), or a compressor
+            such as `tfring.compression.PowerSGD(rank=4)`: approximate,
             not equal to one process (see `tfring.compression`; `register_comm_hook` sets a hook
             of your own). Only gradients are compressed: every other reduction stays exact.
         timeout: seconds a collective may stall before it fails with `UnavailableError`.

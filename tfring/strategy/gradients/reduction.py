@@ -10,6 +10,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from tfring.compression import adasum
 from tfring.compression import default_hooks
 from tfring.compression import runner
 from tfring.ops import started
@@ -69,6 +70,9 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_row
     Returns:
         A list like `grads`, reduced; identical on every rank.
 
+    Raises:
+        NotImplementedError: sparse gradients with a hook that combines by Adasum.
+
     Example:
 
     >>> reduce_gradients(settings, [kernel_grad, None, embedding_grad], rows=step_rows.current())
@@ -76,6 +80,9 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_row
     settings.traced = True
     if by_rows and (op != "mean" or rows is None):
         raise ValueError(f"a reduction by rows is a mean over the step's rows; got op={op!r}, rows={rows}")
+    by_adasum = adasum.combines(settings.hook, settings.hook_state)
+    if by_adasum and settings.sparse_as_dense and not as_rows:  # densified first, to be combined too
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
     reduced = list(grads)
     dense = [k for k, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     slices = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
@@ -83,6 +90,10 @@ def reduce_gradients(settings, grads, op="sum", rows=None, as_rows=False, by_row
         owners = [variables[k] for k in dense] if variables is not None else [None] * len(dense)
         for k, r in zip(dense, _reduce_dense(settings, [grads[k] for k in dense], op, rows, by_rows, owners)):
             reduced[k] = r
+    if slices and by_adasum:
+        raise NotImplementedError("tfring: Adasum combines dense gradients only, and this step has sparse ones "
+                                  "(tf.IndexedSlices, e.g. an Embedding's): pass sparse_as_dense=True so that they "
+                                  "travel dense, or do without Adasum")
     if slices:
         given = [grads[k] for k in slices]
         if by_rows:  # one decision for every sparse gradient of the step

@@ -115,6 +115,7 @@ cudaError_t reduceInto(void* dst, const void* a, const void* b, size_t count, Da
     case ReduceOp::kProduct: return launchForType(dst, a, b, count, type, Prod(), stream);
     case ReduceOp::kMin: return launchForType(dst, a, b, count, type, Min(), stream);
     case ReduceOp::kMax: return launchForType(dst, a, b, count, type, Max(), stream);
+    case ReduceOp::kAdasum: break;  // not elementwise: the host engine's alone
   }
   return cudaErrorInvalidValue;
 }

@@ -21,6 +21,7 @@ ReduceOp parseReduceOp(const std::string& s) {
   if (s == "min") return ReduceOp::kMin;
   if (s == "max") return ReduceOp::kMax;
   if (s == "product") return ReduceOp::kProduct;
+  if (s == "adasum") return ReduceOp::kAdasum;
   return ReduceOp::kSum;
 }
 

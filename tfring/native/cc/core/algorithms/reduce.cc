@@ -189,6 +189,8 @@ void reduceInto(void* dst, const void* a, const void* b, size_t count, DataType 
       return dispatch<Min>(dst, a, b, count, type);
     case ReduceOp::kMax:
       return dispatch<Max>(dst, a, b, count, type);
+    case ReduceOp::kAdasum:
+      throw Error(Code::kInvalidArgument, "reduce: adasum is not elementwise (algorithms/allreduce_adasum.h)");
   }
   throw Error(Code::kInvalidArgument, "reduce: unknown reduce op");
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "algorithms/allgather_ring.h"
+#include "algorithms/allreduce_adasum.h"
 #include "algorithms/allreduce_gathered.h"
 #include "algorithms/allreduce_hierarchical.h"
 #include "algorithms/allreduce_ring.h"
@@ -115,6 +116,7 @@ void Engine::run(Request& r, Deadline d) {
   }
   switch (r.kind) {
     case OpKind::kAllreduce:
+      if (r.op == ReduceOp::kAdasum) return allreduceAdasum(r, d);
       if (gathers(r)) return allreduceGathered(r, d);
       agree(r, d);
       return allreduce(r, d);
@@ -188,6 +190,30 @@ void Engine::allreduceGathered(Request& r, Deadline d) {
   reduceInRankOrder(inputs, out, r.type, r.op);
 }
 
+void Engine::allreduceAdasum(Request& r, Deadline d) {
+  agree(r, d);  // first: ranks that disagree fail there, and every rank refuses alike below
+  const std::string why = adasumRefusal(config_.size, r.type);
+  if (!why.empty()) throw Error(Code::kInvalidArgument, "tfring.allreduce '" + r.name + "': " + why);
+  size_t bytes = 0;
+  IoList out;
+  for (const auto& t : r.tensors) {
+    bytes += t.bytes;
+    out.push_back({t.out, t.bytes});
+  }
+  // Every rank's packed request, in rank order (an output may be its own input: copied first).
+  const size_t total = bytes * static_cast<size_t>(config_.size);
+  if (fusion_.size() < total) fusion_.resize(total);
+  uint8_t* mine = fusion_.data() + bytes * static_cast<size_t>(config_.rank);
+  for (const auto& t : r.tensors) {
+    if (t.bytes) std::memcpy(mine, t.in, t.bytes);
+    mine += t.bytes;
+  }
+  ringAllgather(world(), config_.size, {{fusion_.data(), total}}, std::vector<size_t>(config_.size, bytes), d);
+  std::vector<const uint8_t*> blocks;
+  for (int k = 0; k < config_.size; ++k) blocks.push_back(fusion_.data() + bytes * static_cast<size_t>(k));
+  adasumInTreeOrder(blocks, out, r.type);
+}
+
 void Engine::allreduce(Request& r, Deadline d) {
   for (const FusionPass& pass : planFusion(r.tensors, config_.fusionThresholdBytes)) {
     if (fusion_.size() < pass.packBytes) fusion_.resize(pass.packBytes);
@@ -224,6 +250,10 @@ void Engine::staged(Request& r, Deadline d) {
   if (r.kind != OpKind::kAllreduce && r.kind != OpKind::kBroadcast) {
     throw Error(Code::kInvalidArgument, std::string("tfring.") + kindName(r.kind) + " '" + r.name +
                                             "': only allreduce and broadcast take staged (device) tensors");
+  }
+  if (r.op == ReduceOp::kAdasum) {  // staged pieces are not whole tensors: no per-tensor dot products
+    throw Error(Code::kInvalidArgument, "tfring.allreduce '" + r.name + "': Adasum of device (GPU) tensors is not "
+                                      "supported; reduce host copies of them");
   }
   r.staged([&](void* data, size_t bytes) {
     IoList piece = {{data, bytes}};
@@ -299,6 +329,10 @@ void Engine::allgather(Request& r, Deadline d) {
 }
 
 void Engine::reducescatter(Request& r, Deadline d) {
+  if (r.op == ReduceOp::kAdasum) {
+    throw Error(Code::kInvalidArgument, "tfring.reducescatter '" + r.name + "': Adasum combines whole tensors; "
+                                        "only the allreduce takes it");
+  }
   if (!r.owners.empty()) return reduceToOwners(r, d);
   // Packed by destination: block k holds every tensor's rows for rank k, in list order.
   const int size = config_.size;

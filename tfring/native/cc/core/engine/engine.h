@@ -68,6 +68,8 @@ class Engine {
   // Small allreduces gather every rank's input and reduce it locally (allreduce_gathered.h).
   bool gathers(const Request& r) const;
   void allreduceGathered(Request& r, Deadline d);
+  // Adasum (algorithms/allreduce_adasum.h): every rank's request gathered, combined pairwise.
+  void allreduceAdasum(Request& r, Deadline d);
   Transport* world() const { return rings_.world.get(); }
   void allreduce(Request& r, Deadline d);
   // One allreduce pass, over the world ring or hierarchically (transport/rings.h).

@@ -162,6 +162,7 @@ inline double expectedValue(int size, size_t i, tfring::ReduceOp op, tfring::Dat
       case ReduceOp::kProduct: acc *= v; break;
       case ReduceOp::kMin: acc = std::min(acc, v); break;
       case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kAdasum: break;  // not elementwise: adasum_test.cc
     }
   }
   if (op == ReduceOp::kMean) {
