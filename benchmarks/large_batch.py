@@ -15,11 +15,10 @@ batch split over 2 ranks (`tfring run -np 2`; intra-op threads pinned to 1).
 
 Each optimizer has a base rate at the base batch and a scaling rule (`RATES`); its "scaled rate" at
 k x B is the base rate scaled by k (linear) or sqrt(k) (square root). Nesterov and Adam are swept at
-every batch size (6 rates: 1/16 to 2 times the scaled rate for the linear rule, 1/8 to 4 times for
-the square root); LARS, Lamb and Adasum run at their scaled rate (no tuning beyond the rule: LARS's
-is the docs' recipe, `scale_learning_rate(0.1, global_batch)`), and are swept too at
-`--sweep-multiple` for the rate-robustness picture. Adasum is `RingStrategy(compression="adasum")`
-with momentum SGD.
+every batch size (8 rates doubling from `GRID_STARTS`, plus the scaled rate); LARS, Lamb and Adasum
+run at their scaled rate (no tuning beyond the rule: LARS's is the docs' recipe,
+`scale_learning_rate(0.1, global_batch)`), and are swept too at `--sweep-multiple` for the
+rate-robustness picture. Adasum is `RingStrategy(compression="adasum")` with momentum SGD.
 
 Every run appends one JSON line (its configuration, test accuracy, final training loss, seconds)
 to `--results`; a configuration already there is not run again, so the study can be run in parts
@@ -46,9 +45,11 @@ from multihost import run_launcher  # noqa: E402
 # LARS's the docs' recipe, scale_learning_rate(0.1, global_batch) = 0.1 x 64 / 256 at the base batch.
 RATES = {"lars": (0.025, "linear", False), "lamb": (0.001, "sqrt", False), "adasum": (0.1, "linear", False),
          "nesterov": (0.1, "linear", True), "adam": (0.001, "sqrt", True)}
-# The sweep's rates, as factors of the scaled rate: below it mostly for the linear rule (large-batch
-# optima fall below the linear rule's rate), both ways for the square-root rule.
-FACTORS = {"linear": (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0), "sqrt": (1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0)}
+# The sweeps: 8 rates doubling from the first, the same at every batch size, wide enough that
+# the best rate of every optimizer and batch lies inside (a first pass with 6 rates around the
+# scaled rate missed it at both ends).
+GRID_STARTS = {"lars": 0.4, "lamb": 0.002, "adasum": 0.025, "nesterov": 0.025, "adam": 0.0005}
+GRID_POINTS = 8
 RANKS = 2
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tfring-bench")
 
@@ -56,7 +57,20 @@ CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tfring-bench")
 def scaled_rate(optimizer, multiple):
     """The optimizer's base rate scaled to `multiple` x the base batch by its rule."""
     base, rule, _ = RATES[optimizer]
-    return base * (multiple if rule == "linear" else math.sqrt(multiple))
+    return rounded(base * (multiple if rule == "linear" else math.sqrt(multiple)))
+
+
+def rounded(rate):
+    """A rate to 6 significant digits: the form it is run, stored and matched in."""
+    return float(f"{rate:.6g}")
+
+
+def rates(optimizer, multiple, sweep_multiple):
+    """The rates `optimizer` runs at `multiple` x the base batch: its scaled rate, and the grid
+    where it is swept."""
+    swept = RATES[optimizer][2] or multiple == sweep_multiple
+    grid = [rounded(GRID_STARTS[optimizer] * 2 ** k) for k in range(GRID_POINTS)] if swept else []
+    return sorted(set(grid + [scaled_rate(optimizer, multiple)]))
 
 
 def data_path(samples):
@@ -123,20 +137,19 @@ def worker(args):
 
 
 def configurations(args):
-    """Every (seed, multiple, optimizer, factor) the study runs, seeds outermost: a study cut short
+    """Every (seed, multiple, optimizer, lr) the study runs, seeds outermost: a study cut short
     has whole seeds."""
     out = []
     for seed in args.seeds:
         for multiple in args.multiples:
             for name in args.optimizers:
-                swept = RATES[name][2] or multiple == args.sweep_multiple
-                for factor in (FACTORS[RATES[name][1]] if swept else (1.0,)):
-                    out.append({"seed": seed, "multiple": multiple, "optimizer": name, "factor": factor})
+                for lr in rates(name, multiple, args.sweep_multiple):
+                    out.append({"seed": seed, "multiple": multiple, "optimizer": name, "lr": lr})
     return out
 
 
 def key(config):
-    return (config["seed"], config["multiple"], config["optimizer"], config["factor"])
+    return (config["seed"], config["multiple"], config["optimizer"], rounded(config["lr"]))
 
 
 def setting(args):
@@ -167,7 +180,7 @@ def run_study(args):
         if args.minutes and time.monotonic() - start > 60 * args.minutes:
             print(f"stopping after {args.minutes} minutes; run again to go on", file=sys.stderr)
             break
-        lr = config["factor"] * scaled_rate(config["optimizer"], config["multiple"])
+        lr = config["lr"]
         argv = [sys.executable, "-m", "tfring", "run", "-np", str(RANKS), sys.executable, HERE, "--worker",
                 "--optimizer", config["optimizer"], "--multiple", str(config["multiple"]), "--lr", repr(lr),
                 "--seed", str(config["seed"]), "--data", data, "--samples", str(args.samples),
@@ -179,28 +192,30 @@ def run_study(args):
         if result is None:
             print(f"  failed: {(out + err)[-2000:]}", file=sys.stderr)
             continue
-        row = dict(config, lr=lr, setting=wanted, date=time.strftime("%Y-%m-%d"), **result)
+        row = dict(config, factor=lr / scaled_rate(config["optimizer"], config["multiple"]), setting=wanted,
+                   date=time.strftime("%Y-%m-%d"), **result)
         with open(args.results, "a") as f:
             f.write(json.dumps(row) + "\n")
 
 
-def summary(rows):
-    """{(optimizer, multiple): {factor: (lr, [accuracy per seed])}}"""
+def summary(rows, args):
+    """{(optimizer, multiple): {lr: [accuracy per seed]}}, for the rates the study runs now."""
     table = {}
     for row in rows:
-        cell = table.setdefault((row["optimizer"], row["multiple"]), {})
-        cell.setdefault(row["factor"], (row["lr"], []))[1].append(row["accuracy"])
+        if rounded(row["lr"]) in rates(row["optimizer"], row["multiple"], args.sweep_multiple):
+            table.setdefault((row["optimizer"], row["multiple"]), {}).setdefault(rounded(row["lr"]), []).append(
+                row["accuracy"])
     return table
 
 
 def best_and_width(cell):
     """(best mean accuracy, its rate, lowest and highest rate within 1 point of it, how many rates,
     whether the best is at an end of the sweep)."""
-    means = {factor: sum(accs) / len(accs) for factor, (_, accs) in cell.items()}
+    means = {lr: sum(accs) / len(accs) for lr, accs in cell.items()}
     best = max(means, key=means.get)
-    near = sorted(f for f, m in means.items() if m >= means[best] - 0.01)
+    near = sorted(lr for lr, m in means.items() if m >= means[best] - 0.01)
     at_end = len(means) > 1 and best in (min(means), max(means))
-    return means[best], cell[best][0], cell[near[0]][0], cell[near[-1]][0], len(means), at_end
+    return means[best], best, near[0], near[-1], len(means), at_end
 
 
 def report(args):
@@ -210,7 +225,7 @@ def report(args):
     if not rows:
         print("no results yet")
         return
-    table = summary(rows)
+    table = summary(rows, args)
     print(f"\nmnist1d, {args.samples} samples, {args.epochs} epochs, base batch {args.base_batch}, "
           f"{RANKS} ranks; test accuracy %, mean over seeds ({len({r['seed'] for r in rows})} seeds so far)")
     print("| optimizer | batch | at the scaled rate | best (rate) | rates within 1 point of the best | seeds |")
@@ -220,11 +235,11 @@ def report(args):
             cell = table.get((name, multiple))
             if not cell:
                 continue
-            scaled = cell.get(1.0)
-            at_scaled = f"{100 * np.mean(scaled[1]):.2f}" if scaled else ""
+            scaled = cell.get(scaled_rate(name, multiple))
+            at_scaled = f"{100 * np.mean(scaled):.2f}" if scaled else ""
             best, lr, low, high, count, at_end = best_and_width(cell)
             width = f"{low:.3g}-{high:.3g} ({high / low:.0f}x of {count} rates)" if count > 1 else "(one rate)"
-            seeds = min(len(accs) for _, accs in cell.values())
+            seeds = min(len(accs) for accs in cell.values())
             print(f"| {name} | {multiple}x ({multiple * args.base_batch}) | {at_scaled} | {100 * best:.2f} "
                   f"({lr:.3g}{', end of sweep' if at_end else ''}) | {width} | {seeds} |")
     plot(table, args)
@@ -242,9 +257,9 @@ def plot(table, args):
     for name in args.optimizers:
         cell = table.get((name, args.sweep_multiple), {})
         if len(cell) > 1:
-            factors = sorted(cell)
-            accs = [100 * np.array(cell[f][1]) for f in factors]
-            ax.errorbar([cell[f][0] for f in factors], [a.mean() for a in accs], marker="o", capsize=3, label=name,
+            lrs = sorted(cell)
+            accs = [100 * np.array(cell[lr]) for lr in lrs]
+            ax.errorbar(lrs, [a.mean() for a in accs], marker="o", capsize=3, label=name,
                         yerr=[[a.mean() - a.min() for a in accs], [a.max() - a.mean() for a in accs]])
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
@@ -257,7 +272,8 @@ def plot(table, args):
     fig.savefig(os.path.join(args.plots, "large_batch_rates.png"), dpi=110)
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name in args.optimizers:
-        points = [(m, table[(name, m)][1.0][1]) for m in args.multiples if 1.0 in table.get((name, m), {})]
+        points = [(m, table[(name, m)][scaled_rate(name, m)]) for m in args.multiples
+                  if scaled_rate(name, m) in table.get((name, m), {})]
         if points:
             ax.plot([m * args.base_batch for m, _ in points], [100 * np.mean(a) for _, a in points], marker="o",
                     label=f"{name} ({RATES[name][1]} rule)")
