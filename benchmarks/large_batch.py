@@ -48,7 +48,7 @@ RATES = {"lars": (0.025, "linear", False), "lamb": (0.001, "sqrt", False), "adas
 # The sweeps: 8 rates doubling from the first, the same at every batch size, wide enough that
 # the best rate of every optimizer and batch lies inside (a first pass with 6 rates around the
 # scaled rate missed it at both ends).
-GRID_STARTS = {"lars": 0.4, "lamb": 0.002, "adasum": 0.025, "nesterov": 0.025, "adam": 0.0005}
+GRID_STARTS = {"lars": 0.4, "lamb": 0.002, "adasum": 0.025, "nesterov": 0.025, "adam": 0.001}
 GRID_POINTS = 8
 RANKS = 2
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tfring-bench")
