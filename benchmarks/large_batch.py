@@ -2,7 +2,7 @@
 batch grows from B to 256·B, on the same epoch budget, 2 ranks under RingStrategy.
 
     .venv/bin/python benchmarks/large_batch.py [--samples 200000] [--epochs 10] [--base-batch 64]
-        [--multiples 1,16,64,256] [--optimizers lars,lamb,adasum,nesterov,adam] [--seeds 0,1,2]
+        [--multiples 1,16,64,256] [--optimizers lars,lamb,adasum,momentum,nesterov,adam] [--seeds 0,1,2]
         [--sweep-multiple 64] [--results FILE] [--minutes M] [--report-only] [--plots DIR]
 
 Data: mnist1d's generator (`pip install mnist1d`, offline: `make_dataset` with `--samples`
@@ -18,7 +18,8 @@ k x B is the base rate scaled by k (linear) or sqrt(k) (square root). Nesterov a
 every batch size (8 rates doubling from `GRID_STARTS`, plus the scaled rate); LARS, Lamb and Adasum
 run at their scaled rate (no tuning beyond the rule: LARS's is the docs' recipe,
 `scale_learning_rate(0.1, global_batch)`), and are swept too at `--sweep-multiple` for the
-rate-robustness picture. Adasum is `RingStrategy(compression="adasum")` with momentum SGD.
+rate-robustness picture. Adasum is `RingStrategy(compression="adasum")` with momentum SGD;
+"momentum" is the same optimizer with the gradients averaged, Adasum's control.
 
 Every run appends one JSON line (its configuration, test accuracy, final training loss, seconds)
 to `--results`; a configuration already there is not run again, so the study can be run in parts
@@ -40,15 +41,15 @@ sys.path.insert(0, os.path.dirname(HERE))
 from compression import last_result  # noqa: E402
 from multihost import run_launcher  # noqa: E402
 
-# optimizer: (base rate at the base batch, scaling rule, swept at every batch size). Nesterov's and
-# Adasum's 0.1 is the best of a 2-epoch probe at the base batch; Adam's and Lamb's is Keras' default;
+# optimizer: (base rate at the base batch, scaling rule, swept at every batch size). Nesterov's,
+# momentum's and Adasum's 0.1 is the best of a 2-epoch probe at the base batch; Adam's and Lamb's is Keras' default;
 # LARS's the docs' recipe, scale_learning_rate(0.1, global_batch) = 0.1 x 64 / 256 at the base batch.
 RATES = {"lars": (0.025, "linear", False), "lamb": (0.001, "sqrt", False), "adasum": (0.1, "linear", False),
-         "nesterov": (0.1, "linear", True), "adam": (0.001, "sqrt", True)}
+         "momentum": (0.1, "linear", False), "nesterov": (0.1, "linear", True), "adam": (0.001, "sqrt", True)}
 # The sweeps: 8 rates doubling from the first, the same at every batch size, wide enough that
 # the best rate of every optimizer and batch lies inside (a first pass with 6 rates around the
 # scaled rate missed it at both ends).
-GRID_STARTS = {"lars": 0.4, "lamb": 0.002, "adasum": 0.025, "nesterov": 0.025, "adam": 0.001}
+GRID_STARTS = {"lars": 0.4, "lamb": 0.002, "adasum": 0.025, "momentum": 0.025, "nesterov": 0.025, "adam": 0.001}
 GRID_POINTS = 8
 RANKS = 2
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tfring-bench")
@@ -104,7 +105,7 @@ def make_optimizer(name, schedule):
         return keras.optimizers.Lamb(schedule)
     if name == "adam":
         return keras.optimizers.Adam(schedule)
-    return keras.optimizers.SGD(schedule, momentum=0.9, nesterov=name == "nesterov")  # adasum: plain momentum
+    return keras.optimizers.SGD(schedule, momentum=0.9, nesterov=name == "nesterov")  # adasum, momentum: plain
 
 
 def worker(args):
@@ -199,10 +200,11 @@ def run_study(args):
 
 
 def summary(rows, args):
-    """{(optimizer, multiple): {lr: [accuracy per seed]}}, for the rates the study runs now."""
+    """{(optimizer, multiple): {lr: [accuracy per seed]}}, for the rates and seeds the study runs now."""
     table = {}
     for row in rows:
-        if rounded(row["lr"]) in rates(row["optimizer"], row["multiple"], args.sweep_multiple):
+        if row["seed"] in args.seeds and rounded(row["lr"]) in rates(row["optimizer"], row["multiple"],
+                                                                     args.sweep_multiple):
             table.setdefault((row["optimizer"], row["multiple"]), {}).setdefault(rounded(row["lr"]), []).append(
                 row["accuracy"])
     return table
@@ -227,7 +229,7 @@ def report(args):
         return
     table = summary(rows, args)
     print(f"\nmnist1d, {args.samples} samples, {args.epochs} epochs, base batch {args.base_batch}, "
-          f"{RANKS} ranks; test accuracy %, mean over seeds ({len({r['seed'] for r in rows})} seeds so far)")
+          f"{RANKS} ranks; test accuracy %, mean over seeds {args.seeds} (the last column: seeds run so far)")
     print("| optimizer | batch | at the scaled rate | best (rate) | rates within 1 point of the best | seeds |")
     print("|---|---:|---:|---:|---:|---:|")
     for name in args.optimizers:
