@@ -25,7 +25,8 @@ Every run appends one JSON line (its configuration, test accuracy, final trainin
 to `--results`; a configuration already there is not run again, so the study can be run in parts
 (`--minutes M` stops starting runs after M minutes) and resumed. The report (printed, and two PNGs
 in `--plots`) reads that file: best accuracy per optimizer and batch (mean over seeds at the best
-rate), accuracy at the scaled rate, and the width of the rates within 1 point of the best.
+rate, and the lowest and highest seed there), accuracy at the scaled rate, and the width of the
+rates within 1 point of the best.
 """
 
 import argparse
@@ -211,13 +212,13 @@ def summary(rows, args):
 
 
 def best_and_width(cell):
-    """(best mean accuracy, its rate, lowest and highest rate within 1 point of it, how many rates,
-    whether the best is at an end of the sweep)."""
+    """(best mean accuracy, its rate, the rates within 1 point of it, how many rates, whether the
+    best is at an end of the sweep)."""
     means = {lr: sum(accs) / len(accs) for lr, accs in cell.items()}
     best = max(means, key=means.get)
     near = sorted(lr for lr, m in means.items() if m >= means[best] - 0.01)
     at_end = len(means) > 1 and best in (min(means), max(means))
-    return means[best], best, near[0], near[-1], len(means), at_end
+    return means[best], best, near, len(means), at_end
 
 
 def report(args):
@@ -230,8 +231,9 @@ def report(args):
     table = summary(rows, args)
     print(f"\nmnist1d, {args.samples} samples, {args.epochs} epochs, base batch {args.base_batch}, "
           f"{RANKS} ranks; test accuracy %, mean over seeds {args.seeds} (the last column: seeds run so far)")
-    print("| optimizer | batch | at the scaled rate | best (rate) | rates within 1 point of the best | seeds |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| optimizer | batch | at the scaled rate | best (rate) | seeds at the best rate "
+          "| rates within 1 point of the best | seeds |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name in args.optimizers:
         for multiple in args.multiples:
             cell = table.get((name, multiple))
@@ -239,11 +241,13 @@ def report(args):
                 continue
             scaled = cell.get(scaled_rate(name, multiple))
             at_scaled = f"{100 * np.mean(scaled):.2f}" if scaled else ""
-            best, lr, low, high, count, at_end = best_and_width(cell)
-            width = f"{low:.3g}-{high:.3g} ({high / low:.0f}x of {count} rates)" if count > 1 else "(one rate)"
+            best, lr, near, count, at_end = best_and_width(cell)
+            width = ("(one rate)" if count == 1 else f"{lr:.3g} only (of {count} rates)" if len(near) == 1
+                     else f"{near[0]:.3g}-{near[-1]:.3g}: {len(near)} of {count} rates, {near[-1] / near[0]:.0f}x")
             seeds = min(len(accs) for accs in cell.values())
+            spread = f"{100 * min(cell[lr]):.2f}-{100 * max(cell[lr]):.2f}"
             print(f"| {name} | {multiple}x ({multiple * args.base_batch}) | {at_scaled} | {100 * best:.2f} "
-                  f"({lr:.3g}{', end of sweep' if at_end else ''}) | {width} | {seeds} |")
+                  f"({lr:.3g}{', end of sweep' if at_end else ''}) | {spread} | {width} | {seeds} |")
     plot(table, args)
 
 
@@ -255,7 +259,7 @@ def plot(table, args):
     import numpy as np
 
     os.makedirs(args.plots, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     for name in args.optimizers:
         cell = table.get((name, args.sweep_multiple), {})
         if len(cell) > 1:
@@ -269,22 +273,29 @@ def plot(table, args):
     ax.set_title(f"mnist1d, batch {args.sweep_multiple * args.base_batch} ({args.sweep_multiple}x), "
                  f"{args.epochs} epochs")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(args.plots, "large_batch_rates.png"), dpi=110)
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     for name in args.optimizers:
         points = [(m, table[(name, m)][scaled_rate(name, m)]) for m in args.multiples
                   if scaled_rate(name, m) in table.get((name, m), {})]
         if points:
-            ax.plot([m * args.base_batch for m, _ in points], [100 * np.mean(a) for _, a in points], marker="o",
-                    label=f"{name} ({RATES[name][1]} rule)")
+            line, = ax.plot([m * args.base_batch for m, _ in points], [100 * np.mean(a) for _, a in points],
+                            marker="o", label=f"{name} ({RATES[name][1]} rule)")
+        tuned = [(m, best_and_width(table[(name, m)])[0]) for m in args.multiples
+                 if RATES[name][2] and (name, m) in table]
+        if points and tuned:
+            ax.plot([m * args.base_batch for m, _ in tuned], [100 * a for _, a in tuned], marker="s",
+                    linestyle="--", color=line.get_color(), label=f"{name}, best rate of the sweep")
     ax.set_xscale("log", base=2)
+    ax.set_xticks([m * args.base_batch for m in args.multiples], [str(m * args.base_batch) for m in args.multiples])
     ax.set_xlabel("global batch")
-    ax.set_ylabel("test accuracy % at the scaled rate (mean of seeds)")
-    ax.set_title(f"mnist1d, {args.epochs} epochs, each optimizer at its scaled rate")
+    ax.set_ylabel("test accuracy % (mean of seeds)")
+    ax.set_title(f"mnist1d, {args.epochs} epochs: each optimizer at its scaled rate\n"
+                 "(dashed: the swept optimizers at their best rate per batch)", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(args.plots, "large_batch_sizes.png"), dpi=110)
 

@@ -1,6 +1,6 @@
 """Adasum across real ranks: `tfring.ops.allreduce(op="adasum")` and `hvd.allreduce(op=hvd.Adasum)`
 against a NumPy reference on 2 and 4 ranks (3 refused on every rank), and one SGD step of
-`RingStrategy(compression="adasum")` (`fit` and a custom loop), Horovod's `DistributedOptimizer(op=hvd.Adasum)` and
+`RingStrategy(compression="adasum")` (`fit`, a custom `train_step`, a layer's `add_loss` and a custom loop), Horovod's `DistributedOptimizer(op=hvd.Adasum)` and
 `DistributedGradientTape(op=hvd.Adasum)` against the Adasum of the ranks' own gradients computed
 in NumPy."""
 
@@ -120,15 +120,25 @@ labels = np.random.default_rng(4).normal(size=(8, 2)).astype(np.float32)
 # Rank 1's rows point elsewhere, so that the ranks' gradients are neither parallel nor orthogonal.
 rows[4:] = rows[4:] * np.array([1, -2, 0.5, 3, -1, 1], np.float32)
 
-def make():
-    keras.utils.set_random_seed(1)
-    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, activation="tanh"), keras.layers.Dense(2)])
+class CustomStep(keras.Sequential):  # keras-io's "customizing what happens in fit()"
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(y=y, y_pred=self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
 
-if HOW == "strategy":
+def make(cls=keras.Sequential):
+    keras.utils.set_random_seed(1)
+    extra = [keras.layers.ActivityRegularization(l2=0.05)] if HOW == "add_loss" else []  # a layer's add_loss
+    return cls([keras.Input((6,)), keras.layers.Dense(3, activation="tanh")] + extra + [keras.layers.Dense(2)])
+
+if HOW in ("strategy", "train_step", "add_loss"):
     strategy = tfring.RingStrategy(compression="adasum")
     rank, size = strategy.rank, strategy.size
     with strategy.scope():
-        model = make()
+        model = make(CustomStep if HOW == "train_step" else keras.Sequential)
         model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
     start = [w.copy() for w in model.get_weights()]
     model.fit(rows, labels, batch_size=8, epochs=1, shuffle=False, verbose=0)
@@ -179,6 +189,7 @@ grads = []
 for r in range(size):
     with tf.GradientTape() as tape:
         loss = keras.losses.MeanSquaredError()(labels[4 * r:4 * r + 4], plain(rows[4 * r:4 * r + 4]))
+        loss += sum(plain.losses)
     grads.append([g.numpy() for g in tape.gradient(loss, plain.trainable_variables)])
 worst, mean_gap = 0.0, 0.0
 for k, (w0, w1) in enumerate(zip(start, model.get_weights())):
@@ -190,7 +201,7 @@ print("weights:", hashlib.sha256(np.concatenate([w.ravel() for w in model.get_we
 '''
 
 
-@pytest.mark.parametrize("how", ["strategy", "strategy_loop", "optimizer", "tape"])
+@pytest.mark.parametrize("how", ["strategy", "train_step", "add_loss", "strategy_loop", "optimizer", "tape"])
 def test_one_sgd_step_moves_by_the_adasum_of_the_ranks_own_gradients(how):
     # Fresh processes: a warm one where an earlier script installed RingStrategy refuses the plain
     # models of the Horovod cases (and RingStrategy stays installed after the strategy cases).
