@@ -1,8 +1,9 @@
 """Adasum across real ranks: `tfring.ops.allreduce(op="adasum")` and `hvd.allreduce(op=hvd.Adasum)`
-against a NumPy reference on 2 and 4 ranks (3 refused on every rank), and one SGD step of
-`RingStrategy(compression="adasum")` (`fit`, a custom `train_step`, a layer's `add_loss` and a custom loop), Horovod's `DistributedOptimizer(op=hvd.Adasum)` and
-`DistributedGradientTape(op=hvd.Adasum)` against the Adasum of the ranks' own gradients computed
-in NumPy."""
+against a NumPy reference on 2 and 4 ranks (3 refused on every rank); SGD steps of
+`RingStrategy(compression="adasum")` (`fit`: one plain step, three with momentum; a custom
+`train_step`; a layer's `add_loss`; a custom loop), Horovod's `DistributedOptimizer(op=hvd.Adasum)`
+and `DistributedGradientTape(op=hvd.Adasum)` against the Adasum of the ranks' own gradients
+computed in NumPy."""
 
 import pytest
 
@@ -115,10 +116,12 @@ import tfring
 
 HOW = os.environ["HOW"]
 LR = 0.5
-rows = np.random.default_rng(3).normal(size=(8, 6)).astype(np.float32)
-labels = np.random.default_rng(4).normal(size=(8, 2)).astype(np.float32)
+STEPS, MOMENTUM = (3, 0.9) if HOW == "momentum_steps" else (1, 0.0)  # 8 rows a step, 4 a rank
+rows = np.random.default_rng(3).normal(size=(8 * STEPS, 6)).astype(np.float32)
+labels = np.random.default_rng(4).normal(size=(8 * STEPS, 2)).astype(np.float32)
 # Rank 1's rows point elsewhere, so that the ranks' gradients are neither parallel nor orthogonal.
-rows[4:] = rows[4:] * np.array([1, -2, 0.5, 3, -1, 1], np.float32)
+for s in range(STEPS):
+    rows[8 * s + 4:8 * s + 8] *= np.array([1, -2, 0.5, 3, -1, 1], np.float32)
 
 class CustomStep(keras.Sequential):  # keras-io's "customizing what happens in fit()"
     def train_step(self, data):
@@ -134,12 +137,12 @@ def make(cls=keras.Sequential):
     extra = [keras.layers.ActivityRegularization(l2=0.05)] if HOW == "add_loss" else []  # a layer's add_loss
     return cls([keras.Input((6,)), keras.layers.Dense(3, activation="tanh")] + extra + [keras.layers.Dense(2)])
 
-if HOW in ("strategy", "train_step", "add_loss"):
+if HOW in ("strategy", "train_step", "add_loss", "momentum_steps"):
     strategy = tfring.RingStrategy(compression="adasum")
     rank, size = strategy.rank, strategy.size
     with strategy.scope():
         model = make(CustomStep if HOW == "train_step" else keras.Sequential)
-        model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
+        model.compile(optimizer=keras.optimizers.SGD(LR, momentum=MOMENTUM), loss="mse")
     start = [w.copy() for w in model.get_weights()]
     model.fit(rows, labels, batch_size=8, epochs=1, shuffle=False, verbose=0)
 elif HOW == "strategy_loop":  # keras-io's custom loop: strategy.run, a loss over the global batch
@@ -182,27 +185,37 @@ else:
         tape = hvd_tf.DistributedGradientTape(tape, op=Adasum)
         opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
 
-# The reference: each rank's own gradient (mean loss over its 4 rows), combined in NumPy.
-plain = make()
-plain.set_weights(start)
-grads = []
-for r in range(size):
-    with tf.GradientTape() as tape:
-        loss = keras.losses.MeanSquaredError()(labels[4 * r:4 * r + 4], plain(rows[4 * r:4 * r + 4]))
-        loss += sum(plain.losses)
-    grads.append([g.numpy() for g in tape.gradient(loss, plain.trainable_variables)])
-worst, mean_gap = 0.0, 0.0
-for k, (w0, w1) in enumerate(zip(start, model.get_weights())):
-    combined = adasum([grads[r][k] for r in range(size)]).reshape(w0.shape)
-    worst = max(worst, float(np.max(np.abs(w1 - (w0 - LR * combined)))))
-    mean_gap = max(mean_gap, float(np.max(np.abs(w1 - (w0 - LR * sum(grads[r][k] for r in range(size)) / size)))))
+# The reference: each rank's own gradient (mean loss over its 4 rows), combined in NumPy, and
+# Keras' SGD (v <- m v - lr g; w <- w + v) in float32, step after step.
+def trajectory(combine):
+    plain = make()
+    weights, velocity = [w.copy() for w in start], [np.zeros_like(w) for w in start]
+    for s in range(STEPS):
+        plain.set_weights(weights)
+        grads = []
+        for r in range(size):
+            mine = slice(8 * s + 4 * r, 8 * s + 4 * r + 4)
+            with tf.GradientTape() as tape:
+                loss = keras.losses.MeanSquaredError()(labels[mine], plain(rows[mine])) + sum(plain.losses)
+            grads.append([g.numpy() for g in tape.gradient(loss, plain.trainable_variables)])
+        for k, w in enumerate(weights):
+            g = combine([grads[r][k] for r in range(size)]).reshape(w.shape).astype(np.float32)
+            velocity[k] = MOMENTUM * velocity[k] - np.float32(LR) * g
+            weights[k] = w + velocity[k]
+    return weights
+
+def gap(reference):
+    return max(float(np.max(np.abs(w - v))) for w, v in zip(model.get_weights(), reference))
+
+worst, mean_gap = gap(trajectory(adasum)), gap(trajectory(lambda gs: sum(gs) / size))
 print(f"adasum gap {worst:.3g} mean gap {mean_gap:.3g}")
 print("weights:", hashlib.sha256(np.concatenate([w.ravel() for w in model.get_weights()]).tobytes()).hexdigest())
 '''
 
 
-@pytest.mark.parametrize("how", ["strategy", "train_step", "add_loss", "strategy_loop", "optimizer", "tape"])
-def test_one_sgd_step_moves_by_the_adasum_of_the_ranks_own_gradients(how):
+@pytest.mark.parametrize("how", ["strategy", "train_step", "add_loss", "momentum_steps", "strategy_loop", "optimizer",
+                                 "tape"])
+def test_sgd_steps_move_by_the_adasum_of_the_ranks_own_gradients(how):
     # Fresh processes: a warm one where an earlier script installed RingStrategy refuses the plain
     # models of the Horovod cases (and RingStrategy stays installed after the strategy cases).
     proc = run_job(2, TRAINING, env={"HOW": how}, timeout=300)
