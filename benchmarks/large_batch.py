@@ -222,8 +222,6 @@ def best_and_width(cell):
 
 
 def report(args):
-    import numpy as np
-
     rows = list(load(args.results, setting(args)).values())
     if not rows:
         print("no results yet")
@@ -240,7 +238,7 @@ def report(args):
             if not cell:
                 continue
             scaled = cell.get(scaled_rate(name, multiple))
-            at_scaled = f"{100 * np.mean(scaled):.2f}" if scaled else ""
+            at_scaled = _with_diverged(scaled)
             best, lr, near, count, at_end = best_and_width(cell)
             width = ("(one rate)" if count == 1 else f"{lr:.3g} only (of {count} rates)" if len(near) == 1
                      else f"{near[0]:.3g}-{near[-1]:.3g}: {len(near)} of {count} rates, {near[-1] / near[0]:.0f}x")
@@ -248,7 +246,34 @@ def report(args):
             spread = f"{100 * min(cell[lr]):.2f}-{100 * max(cell[lr]):.2f}"
             print(f"| {name} | {multiple}x ({multiple * args.base_batch}) | {at_scaled} | {100 * best:.2f} "
                   f"({lr:.3g}{', end of sweep' if at_end else ''}) | {spread} | {width} | {seeds} |")
+    print_around_best(table, args)
     plot(table, args)
+
+
+def print_around_best(table, args):
+    """At the sweep's batch, each optimizer's accuracy at rates 1/4x to 4x its best: how far the
+    rate can miss before accuracy goes."""
+    factors = [0.25, 0.5, 1, 2, 4]
+    print(f"\nAt {args.sweep_multiple}x ({args.sweep_multiple * args.base_batch}): test accuracy % (mean over "
+          "seeds) at rates around each optimizer's best (chance: 10 %)")
+    print("| optimizer | best rate | " + " | ".join(f"{f:g}x" for f in factors) + " |")
+    print("|---|---:|" + "---:|" * len(factors))
+    for name in args.optimizers:
+        cell = table.get((name, args.sweep_multiple), {})
+        if len(cell) < 2:
+            continue
+        _, lr, _, _, _ = best_and_width(cell)
+        near = [cell.get(rounded(lr * f)) for f in factors]
+        print(f"| {name} | {lr:.3g} | " + " | ".join(_with_diverged(a) for a in near) + " |")
+
+
+def _with_diverged(accuracies):
+    """The mean accuracy %, and how many seeds ended at chance (below 20 %) when some but not all did."""
+    if not accuracies:
+        return ""
+    diverged = sum(a < 0.2 for a in accuracies)
+    mean = f"{100 * sum(accuracies) / len(accuracies):.2f}"
+    return f"{mean} ({diverged} of {len(accuracies)} at chance)" if 0 < diverged < len(accuracies) else mean
 
 
 def plot(table, args):
