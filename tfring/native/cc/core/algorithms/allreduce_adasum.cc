@@ -10,33 +10,23 @@
 namespace tfring {
 namespace {
 
-double load(const uint8_t* p, size_t i, DataType type) {
-  switch (type) {
-    case DataType::kFloat16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return halfToFloat(h); }
-    case DataType::kBFloat16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return bfloat16ToFloat(h); }
-    case DataType::kFloat32: { float f; std::memcpy(&f, p + 4 * i, 4); return f; }
-    case DataType::kFloat64: { double f; std::memcpy(&f, p + 8 * i, 8); return f; }
-    default: throw Error(Code::kInvalidArgument, std::string("adasum: not a floating type: ") + dataTypeName(type));
-  }
-}
-
-void store(uint8_t* p, size_t i, DataType type, double v) {
-  switch (type) {
-    case DataType::kFloat16: {
-      const uint16_t h = floatToHalf(static_cast<float>(v));
-      std::memcpy(p + 2 * i, &h, 2);
-      return;
-    }
-    case DataType::kBFloat16: {
-      const uint16_t h = floatToBfloat16(static_cast<float>(v));
-      std::memcpy(p + 2 * i, &h, 2);
-      return;
-    }
-    case DataType::kFloat32: { float f = static_cast<float>(v); std::memcpy(p + 4 * i, &f, 4); return; }
-    case DataType::kFloat64: std::memcpy(p + 8 * i, &v, 8); return;
-    default: throw Error(Code::kInvalidArgument, std::string("adasum: not a floating type: ") + dataTypeName(type));
-  }
-}
+// How each element type reads as double and is rounded back: float16 and bfloat16 through float32.
+struct Half {
+  using Raw = uint16_t;
+  static double get(Raw h) { return halfToFloat(h); }
+  static Raw put(double v) { return floatToHalf(static_cast<float>(v)); }
+};
+struct BHalf {
+  using Raw = uint16_t;
+  static double get(Raw h) { return bfloat16ToFloat(h); }
+  static Raw put(double v) { return floatToBfloat16(static_cast<float>(v)); }
+};
+template <typename T>
+struct Plain {
+  using Raw = T;
+  static double get(Raw v) { return v; }
+  static Raw put(double v) { return static_cast<Raw>(v); }
+};
 
 // The coefficient of a vector whose norm² is `normsq`, against the other by `dot`.
 double coefficient(double dot, double normsq) {
@@ -45,6 +35,50 @@ double coefficient(double dot, double normsq) {
 }
 
 bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// Four partial sums a quantity, summed in a fixed order at the end: the same order on every rank
+// (so the ranks agree to the bit), and independent lanes the compiler can vectorize.
+constexpr size_t kLanes = 4;
+
+// out = adasum(a, b); out may be a.
+template <typename K>
+void pairOf(void* out, const void* a, const void* b, size_t count) {
+  using Raw = typename K::Raw;
+  auto* po = static_cast<Raw*>(out);
+  const auto* pa = static_cast<const Raw*>(a);
+  const auto* pb = static_cast<const Raw*>(b);
+  double dot[kLanes] = {}, anormsq[kLanes] = {}, bnormsq[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      const double x = K::get(pa[i + l]), y = K::get(pb[i + l]);
+      dot[l] += x * y;
+      anormsq[l] += x * x;
+      bnormsq[l] += y * y;
+    }
+  }
+  for (; i < count; ++i) {
+    const double x = K::get(pa[i]), y = K::get(pb[i]);
+    dot[0] += x * y;
+    anormsq[0] += x * x;
+    bnormsq[0] += y * y;
+  }
+  static_assert(kLanes == 4, "total() adds four lanes");
+  auto total = [](const double* v) { return (v[0] + v[1]) + (v[2] + v[3]); };
+  const double d = total(dot);
+  const double acoeff = coefficient(d, total(anormsq)), bcoeff = coefficient(d, total(bnormsq));
+  for (size_t j = 0; j < count; ++j) po[j] = K::put(acoeff * K::get(pa[j]) + bcoeff * K::get(pb[j]));
+}
+
+void pairInto(void* out, const void* a, const void* b, size_t count, DataType type) {
+  switch (type) {
+    case DataType::kFloat16: return pairOf<Half>(out, a, b, count);
+    case DataType::kBFloat16: return pairOf<BHalf>(out, a, b, count);
+    case DataType::kFloat32: return pairOf<Plain<float>>(out, a, b, count);
+    case DataType::kFloat64: return pairOf<Plain<double>>(out, a, b, count);
+    default: throw Error(Code::kInvalidArgument, std::string("adasum: not a floating type: ") + dataTypeName(type));
+  }
+}
 
 }  // namespace
 
@@ -61,34 +95,30 @@ std::string adasumRefusal(int size, DataType type) {
   return "";
 }
 
-void adasumPair(void* a, const void* b, size_t count, DataType type) {
-  auto* pa = static_cast<uint8_t*>(a);
-  const auto* pb = static_cast<const uint8_t*>(b);
-  double dot = 0, anormsq = 0, bnormsq = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const double x = load(pa, i, type), y = load(pb, i, type);
-    dot += x * y;
-    anormsq += x * x;
-    bnormsq += y * y;
-  }
-  const double acoeff = coefficient(dot, anormsq), bcoeff = coefficient(dot, bnormsq);
-  for (size_t i = 0; i < count; ++i) store(pa, i, type, acoeff * load(pa, i, type) + bcoeff * load(pb, i, type));
-}
+void adasumPair(void* a, const void* b, size_t count, DataType type) { pairInto(a, a, b, count, type); }
 
 void adasumInTreeOrder(const std::vector<const uint8_t*>& blocks, const IoList& out, DataType type) {
   const int ranks = static_cast<int>(blocks.size());
   const std::string refused = adasumRefusal(ranks, type);
   if (!refused.empty()) throw Error(Code::kInvalidArgument, refused);
-  std::vector<std::vector<uint8_t>> work(ranks);  // each rank's copy of the tensor being combined
+  // Level 1 reads the ranks' tensors where they are gathered and writes each pair's result to its
+  // lower rank's place: rank 0's in `out`, the other even ranks' in a buffer; the levels above
+  // combine those places in place.
+  std::vector<std::vector<uint8_t>> work(ranks);
   size_t at = 0;
   for (const iovec& piece : out) {
-    for (int k = 1; k < ranks; ++k) work[k].assign(blocks[k] + at, blocks[k] + at + piece.iov_len);
-    if (piece.iov_len > 0) std::memcpy(piece.iov_base, blocks[0] + at, piece.iov_len);
     const size_t count = piece.iov_len / dataTypeSize(type);
+    if (ranks == 1 && piece.iov_len > 0) std::memcpy(piece.iov_base, blocks[0] + at, piece.iov_len);
+    for (int k = 2; k < ranks; k += 2) work[k].resize(piece.iov_len);
+    auto place = [&](int k) -> void* { return k == 0 ? piece.iov_base : work[k].data(); };
     for (int level = 1; level < ranks; level *= 2) {
       for (int lower = 0; lower < ranks; lower += 2 * level) {
-        void* a = lower == 0 ? piece.iov_base : work[lower].data();
-        adasumPair(a, work[lower + level].data(), count, type);
+        const int upper = lower + level;
+        if (level == 1) {
+          pairInto(place(lower), blocks[lower] + at, blocks[upper] + at, count, type);
+        } else {
+          pairInto(place(lower), place(lower), place(upper), count, type);
+        }
       }
     }
     at += piece.iov_len;
