@@ -95,7 +95,7 @@ class LARS(keras.optimizers.Optimizer):
     Example:
 
     >>> strategy = tfring.RingStrategy()
-    >>> lr = tfring.scale_learning_rate(0.1, global_batch_size=1024)
+    >>> lr = tfring.scale_learning_rate(0.8, global_batch_size=4096)  # LARS's own base rate: sweep it
     >>> with strategy.scope():
     ...     model = make_model()
     ...     model.compile(optimizer=tfring.optimizers.LARS(lr, nesterov=True), loss="mse")
