@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from allreduce import paired_calls  # noqa: E402
 from allreduce import report  # noqa: E402
 from allreduce import tensors  # noqa: E402
+from allreduce import tfring_step  # noqa: E402
 from compression import last_result  # noqa: E402
 from multihost import run_launcher  # noqa: E402
 
@@ -40,20 +41,11 @@ def worker(args):
     samples = {}
     for workload in args.workloads:
         arrays = tensors(workload, tfring.rank())
-        calls = {op: _step(arrays, op) for op in OPS}
+        calls = {op: tfring_step(arrays, op=op) for op in OPS}
         timed = paired_calls(calls, tfring.ops.barrier, args.repeats)
         samples.update({f"{workload}/{op}": seconds for op, seconds in timed.items()})
     if tfring.rank() == 0:
         report("tfring", samples)
-
-
-def _step(arrays, op):
-    import tensorflow as tf
-
-    import tfring
-
-    step = tf.function(lambda: tfring.ops.allreduce([tf.constant(a) for a in arrays], op=op)[-1:])
-    return lambda: step()[-1].numpy()
 
 
 def main():

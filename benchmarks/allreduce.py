@@ -84,8 +84,8 @@ def paired_calls(calls, barrier, repeats):
 
 # ---- workers: each runs inside a 2-process job and prints one RESULT line on rank 0 ----
 
-def tfring_step(arrays, at_the_boundary=False):
-    """Returns a callable that sums `arrays` across the ranks with tfring's TF op once and waits.
+def tfring_step(arrays, at_the_boundary=False, op="sum"):
+    """Returns a callable that reduces `arrays` across the ranks with tfring's TF op once and waits.
 
     As in a training step, the op's inputs are made inside the `tf.function` and its results are
     used there (one is returned). With `at_the_boundary` the tensors are captured by the function
@@ -95,9 +95,10 @@ def tfring_step(arrays, at_the_boundary=False):
     Args:
         arrays: this rank's NumPy arrays; `tfring.init()` has run.
         at_the_boundary: capture the inputs and return every result.
+        op: the reduction ("sum"; `benchmarks/adasum.py` passes "adasum").
 
     Returns:
-        A function of no arguments; it returns when the last sum is on the host.
+        A function of no arguments; it returns when the last result is on the host.
     """
     import tensorflow as tf
 
@@ -105,9 +106,9 @@ def tfring_step(arrays, at_the_boundary=False):
 
     if at_the_boundary:
         grads = [tf.constant(a) for a in arrays]
-        step = tf.function(lambda: tfring.ops.allreduce(grads, op="sum"))
+        step = tf.function(lambda: tfring.ops.allreduce(grads, op=op))
     else:
-        step = tf.function(lambda: tfring.ops.allreduce([tf.constant(a) for a in arrays], op="sum")[-1:])
+        step = tf.function(lambda: tfring.ops.allreduce([tf.constant(a) for a in arrays], op=op)[-1:])
 
     def run():
         step()[-1].numpy()  # wait for the result
